@@ -1,0 +1,56 @@
+"""Artifacts on a (possibly shared) filesystem: ``<root>/sha256/ab/abcdef…``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from fluksio.artifacts.artifact import Artifact, validate_digest
+from fluksio.artifacts.store import ArtifactStore
+from fluksio.errors import ArtifactError
+
+
+class LocalArtifactStore(ArtifactStore):
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def _file(self, digest: str) -> Path:
+        hexpart = validate_digest(digest).split(":", 1)[1]
+        return self.root / "sha256" / hexpart[:2] / hexpart
+
+    def put(self, artifact: Artifact) -> Artifact:
+        target = self._file(artifact.digest)
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # Write beside the target and rename, so a reader never sees half a file
+            # and two writers of the same digest both end with a whole one.
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    if artifact._source is not None:
+                        with artifact._source.open("rb") as src:
+                            shutil.copyfileobj(src, handle)
+                    else:
+                        handle.write(artifact.read_bytes())
+                os.replace(tmp, target)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        return Artifact(artifact.digest, artifact.size, artifact.media_type, artifact.name, store=self)
+
+    def get(self, digest: str) -> bytes:
+        try:
+            return self._file(digest).read_bytes()
+        except FileNotFoundError:
+            raise ArtifactError(f"artifact {digest} is gone from {self.root}") from None
+
+    def exists(self, digest: str) -> bool:
+        return self._file(digest).is_file()
+
+    def path(self, digest: str) -> Path:
+        file = self._file(digest)
+        if not file.is_file():
+            raise ArtifactError(f"artifact {digest} is gone from {self.root}")
+        return file

@@ -1,0 +1,195 @@
+"""The Python front door: ``connect()``, then submit, wait, inspect and cancel runs."""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery
+
+from fluksio.constants import DRIVE_TASK
+from fluksio.errors import ConfigError, RunRejected
+from fluksio.flows.flow import Flow
+from fluksio.runs.inbox import CANCEL
+from fluksio.runs.runtime import Runtime
+from fluksio.runs.submit import submit_run
+from fluksio.schemas import RunRecord, RunStatus
+from fluksio.settings import Settings, load_settings, redact_url
+from fluksio.store import runs as run_rows
+from fluksio.store.ids import new_run_id
+from fluksio.store.metrics import read_metrics
+from fluksio.worker.embedded import EmbeddedWorkers
+
+#: First and longest pause between two looks at a run's row while waiting, in seconds.
+WAIT_FIRST_S, WAIT_MAX_S = 0.005, 0.2
+
+_open_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
+class RunHandle:
+    """A submitted run: its id, its status now, and a way to wait for its end."""
+
+    def __init__(self, client: Client, run_id: str, created: bool = True) -> None:
+        self._client = client
+        self.id = run_id
+        #: False when an idempotency key returned a run an earlier submit made.
+        self.created = created
+
+    @property
+    def status(self) -> RunStatus:
+        return RunStatus(run_rows.get_run(self._client.runtime.db, self.id).status)
+
+    def wait(self, timeout: float | None = None) -> RunRecord:
+        """Block until the run ends; :class:`TimeoutError` after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = WAIT_FIRST_S
+        while True:
+            if self.status.is_terminal():
+                return self._client.get(self.id)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {self.id} is still {self.status.value} after {timeout:g} s")
+            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
+            pause = min(pause * 2, WAIT_MAX_S)
+
+    def get(self) -> RunRecord:
+        return self._client.get(self.id)
+
+    def __repr__(self) -> str:
+        return f"RunHandle({self.id!r})"
+
+
+@dataclass
+class Sweep:
+    group_id: str
+    runs: list[RunHandle]
+
+    def wait(self, timeout: float | None = None) -> list[RunRecord]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return [r.wait(None if deadline is None else max(0.0, deadline - time.monotonic())) for r in self.runs]
+
+
+class Client:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._workers: EmbeddedWorkers | None = None
+        if settings.embedded:
+            self.runtime = Runtime.embedded(settings)
+            self._workers = EmbeddedWorkers(self.runtime)
+            self.app: Celery = self._workers.app
+        else:
+            raise ConfigError(
+                f"FLUKSIO_BROKER_URL={redact_url(settings.broker_url)} asks for the distributed mode, which needs "
+                "`fluksio worker` processes and is not available in this version yet; unset it to run embedded"
+            )
+        self._closed = False
+        self._lock = threading.Lock()
+        _open_clients.add(self)
+
+    # -- runs -----------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        flow: Flow | str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        seed: int | None = None,
+        group: str | None = None,
+        no_cache: bool = False,
+        idempotency_key: str | None = None,
+    ) -> RunHandle:
+        """Validate and journal a run, then hand it to a driver. Bad input raises :class:`RunRejected`."""
+        self._check_open()
+        run, created = submit_run(
+            self.runtime.db, self.runtime.registry, flow, engine=self.settings.engine, params=params, seed=seed,
+            group=group, no_cache=no_cache, idempotency_key=idempotency_key,
+            embedded_machines=self.runtime.placer.machines() if self.settings.embedded else None,
+        )
+        if created:
+            self.app.send_task(DRIVE_TASK, args=[run.id], shadow=f"drive {run.flow}")
+        return RunHandle(self, run.id, created)
+
+    def sweep(
+        self,
+        flow: Flow | str,
+        grid: Mapping[str, Sequence[Any]],
+        seeds: Sequence[int] | None = None,
+        params: Mapping[str, Any] | None = None,
+        no_cache: bool = False,
+    ) -> Sweep:
+        """One run per point of the cartesian product of ``grid`` (and ``seeds``), all in one group."""
+        if not isinstance(grid, Mapping) or not grid:
+            raise RunRejected("grid must be a non-empty mapping of input name to a list of values")
+        for name, values in grid.items():
+            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+                raise RunRejected(f"grid[{name!r}] must be a non-empty list of values")
+        group_id = "g" + new_run_id()
+        names = list(grid)
+        points = [dict(zip(names, combo)) for combo in itertools.product(*(grid[n] for n in names))]
+        handles = []
+        for point in points:
+            for seed in (list(seeds) if seeds else [None]):
+                handles.append(self.submit(flow, {**(params or {}), **point}, seed=seed, group=group_id,
+                                           no_cache=no_cache))
+        return Sweep(group_id, handles)
+
+    def get(self, run_id: str) -> RunRecord:
+        return run_rows.load_record(self.runtime.db, run_id)
+
+    def handle(self, run_id: str) -> RunHandle:
+        return RunHandle(self, run_rows.get_run(self.runtime.db, run_id).id)
+
+    def runs(self, flow: str | None = None, status: str | None = None, group: str | None = None,
+             limit: int = 50) -> list[RunRecord]:
+        return [run_rows.to_record(r, []) for r in run_rows.list_runs(self.runtime.db, flow, status, group, limit)]
+
+    def metrics(self, run_id: str) -> dict[str, list[tuple[int, float]]]:
+        return read_metrics(self.runtime.db, run_rows.get_run(self.runtime.db, run_id).id)
+
+    def cancel(self, run_id: str, reason: str = "cancelled by request") -> RunStatus:
+        """A queued run is cancelled at once; a running one is told to stop. Returns the status after."""
+        status = run_rows.request_cancel(self.runtime.db, run_id, reason)
+        if status is RunStatus.RUNNING:
+            self.runtime.inbox.push(run_rows.get_run(self.runtime.db, run_id).id, {"kind": CANCEL})
+        return status
+
+    def placement(self) -> dict[str, Any]:
+        return self.runtime.placer.snapshot()
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this fluksio client is closed; call fluksio.connect() again")
+
+    def close(self) -> None:
+        """Stop the embedded workers (if any) and release the run store."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._workers is not None:
+            self._workers.stop()
+        self.runtime.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(settings: Settings | None = None, **overrides: Any) -> Client:
+    """A client for the configured installation; embedded (in this process) unless a broker is set."""
+    return Client(settings or load_settings(**overrides))
+
+
+@atexit.register
+def _close_all() -> None:
+    for client in list(_open_clients):
+        client.close()

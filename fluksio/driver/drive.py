@@ -1,0 +1,265 @@
+"""The driver: walks one run's graph from claim to finish, writing its rows as it goes.
+
+It dispatches every ready node at once (each to the machine the placer
+granted), waits on its inbox for completions, wake-ups and cancel requests —
+never on a result backend — and ends the run ``ok``, ``error`` (naming the
+failed nodes) or ``cancelled``. A node that fails cannot take the driver
+down; a driver that fails still ends its run with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from fluksio.constants import DEFAULT_LABEL
+from fluksio.driver.walk import NodeState, Walk
+from fluksio.errors import FluksioError, RunNotFound
+from fluksio.flows.flow import Flow
+from fluksio.flows.source import code_digest
+from fluksio.placement.placer import Request, Waiting
+from fluksio.runs.inbox import CANCEL, DONE
+from fluksio.runs.runtime import Runtime
+from fluksio.schemas import Grant, NodeStatus, RunStatus
+from fluksio.store import runs as run_rows
+from fluksio.store.models import RunArtifact, RunNode
+from fluksio.store.nodes import record_node
+
+log = logging.getLogger(__name__)
+
+#: ``dispatch(call, queue, display_name)`` sends one node call to a worker queue.
+Dispatch = Callable[[dict[str, Any], str, str], None]
+#: ``revoke(call_id)`` kills a dispatched call (or stops it from starting).
+Revoke = Callable[[str], None]
+
+
+def queue_for(device: str | None, grant: Grant, machine_labels: tuple[str, ...]) -> str:
+    """``<label>@<machine>``; a ``prefer`` node placed on a machine without its label goes to ``default``."""
+    label = device if device and (device == grant.machine or device in machine_labels) else DEFAULT_LABEL
+    return f"{label}@{grant.machine}"
+
+
+def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke) -> None:
+    """Drive one run to its end. Returns quietly when another driver has claimed it."""
+    db = runtime.db
+    try:
+        run = run_rows.get_run(db, run_id)
+    except RunNotFound:
+        log.warning("drive: run %s does not exist; dropping the message", run_id)
+        return
+    if run.status != RunStatus.QUEUED.value:
+        return
+    try:
+        flow = runtime.registry.get(run.flow)
+        digest = code_digest(flow)
+    except FluksioError as exc:
+        run_rows.transition(db, run_id, RunStatus.ERROR, status_reason=str(exc), finished_at=run_rows.utcnow())
+        return
+    if not run_rows.claim(db, run_id, digest):
+        return  # another driver won the claim, or the run was cancelled while queued
+    Driver(runtime, run_id, run.params or {}, flow, dispatch, revoke).run()
+
+
+class Driver:
+    def __init__(self, runtime: Runtime, run_id: str, params: dict[str, Any], flow: Flow,
+                 dispatch: Dispatch, revoke: Revoke) -> None:
+        self.rt = runtime
+        self.run_id = run_id
+        self.flow = flow
+        self.walk = Walk(flow, params)
+        self.dispatch = dispatch
+        self.revoke = revoke
+        self.attempts: dict[str, int] = {}
+        self.in_flight: dict[str, tuple[str, Grant]] = {}  # call_id -> (node, grant)
+        self.waiting: dict[str, str] = {}  # node -> reason
+        self.warnings: dict[str, str] = {}  # node -> clamp warning
+        self.errors: dict[str, str] = {}
+        self.cancelled = False
+        self._reason: str | None = None
+
+    def run(self) -> None:
+        wake = lambda: self.rt.inbox.wake(self.run_id)  # noqa: E731
+        self.rt.placer.add_listener(wake)
+        try:
+            self._loop()
+            self._finish()
+        except Exception as exc:
+            log.exception("driver of run %s failed", self.run_id)
+            self._abort(f"the driver failed: {type(exc).__name__}: {exc}")
+        finally:
+            self.rt.placer.remove_listener(wake)
+            for node in self.waiting:
+                self.rt.placer.forget(self._call_id(node))
+            self.rt.inbox.close(self.run_id)
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        interval = self.rt.settings.lease_interval_s
+        next_lease = time.monotonic() + interval
+        while True:
+            if not self.cancelled:
+                self._schedule()
+            if self.cancelled or (not self.walk.running() and not self.walk.ready()):
+                return
+            message = self.rt.inbox.pop(self.run_id, timeout=max(0.0, next_lease - time.monotonic()))
+            if time.monotonic() >= next_lease:
+                next_lease = time.monotonic() + interval
+                if run_rows.refresh_lease(self.rt.db, self.run_id):
+                    self._cancel()
+                    continue
+            if message is None:
+                continue
+            if message["kind"] == DONE:
+                self._completed(message)
+            elif message["kind"] == CANCEL:
+                self._cancel()
+
+    def _call_id(self, node: str) -> str:
+        return f"{self.run_id}.{node}.{self.attempts.get(node, 1)}"
+
+    def _schedule(self) -> None:
+        for node in self.walk.ready():
+            spec = self.flow.nodes[node]
+            call_id = self._call_id(node)
+            outcome = self.rt.placer.try_claim(
+                Request(call_id, spec.resources, spec.device, spec.device_policy, self.run_id, node)
+            )
+            if isinstance(outcome, Waiting):
+                self.waiting[node] = outcome.reason
+                continue
+            self.waiting.pop(node, None)
+            if outcome.clamped_from is not None:
+                self.warnings[node] = (
+                    f"clamped: requested {outcome.clamped_from.describe()}, granted {outcome.cpus} cpu(s), "
+                    f"{len(outcome.gpus)} gpu(s), {outcome.ram_mb} MB RAM on {outcome.machine}"
+                )
+                log.warning("run %s node %s %s", self.run_id, node, self.warnings[node])
+            self._send(node, call_id, outcome)
+        self._say_why()
+
+    def _send(self, node: str, call_id: str, grant: Grant) -> None:
+        spec = self.flow.nodes[node]
+        labels = next((m.labels for m in self.rt.placer.machines() if m.name == grant.machine), ())
+        call = {
+            "call_id": call_id, "run_id": self.run_id, "flow": self.flow.name, "node": node,
+            "attempt": self.attempts.get(node, 1), "inputs": self.walk.inputs_of(node),
+            "grant": grant.model_dump(mode="json"),
+        }
+        self.walk.start(node)
+        self.in_flight[call_id] = (node, grant)
+        try:
+            self.dispatch(call, queue_for(spec.device, grant, labels), f"{self.flow.name}.{node}")
+        except Exception as exc:
+            del self.in_flight[call_id]
+            self.rt.placer.release(grant)
+            now = run_rows.utcnow().isoformat()
+            self._completed({"kind": DONE, "call_id": call_id, "node": node, "attempt": call["attempt"],
+                             "status": "error", "machine": grant.machine, "gpus": list(grant.gpus),
+                             "started_at": now, "finished_at": now,
+                             "error": f"could not send the call to the broker: {type(exc).__name__}: {exc}"},
+                            dispatched=False)
+
+    def _say_why(self) -> None:
+        reason = None
+        if self.waiting:
+            reason = "; ".join(f"{node}: {why}" for node, why in self.waiting.items())
+            reason = reason[0].upper() + reason[1:]
+        if reason != self._reason:
+            self._reason = reason
+            run_rows.set_reason(self.rt.db, self.run_id, reason)
+
+    # -- completions ----------------------------------------------------------------------------
+
+    def _completed(self, message: dict[str, Any], dispatched: bool = True) -> None:
+        call_id = message["call_id"]
+        if dispatched:
+            entry = self.in_flight.pop(call_id, None)
+            if entry is None:
+                log.info("run %s: dropping a completion for %s, which is already settled", self.run_id, call_id)
+                return
+        node = message["node"]
+        spec = self.flow.nodes[node]
+        ok = message.get("status") == "ok"
+        logs = message.get("logs")
+        if node in self.warnings:
+            logs = f"[fluksio] {self.warnings[node]}\n{logs or ''}"
+        row = RunNode(
+            run_id=self.run_id, node=node, attempt=message["attempt"],
+            status=NodeStatus.OK.value if ok else NodeStatus.ERROR.value,
+            machine=message.get("machine"), gpus=message.get("gpus") or [],
+            started_at=_parse(message.get("started_at")), finished_at=_parse(message.get("finished_at")),
+            error=None if ok else message.get("error"), logs=logs,
+            outputs=message.get("outputs") if ok else None,
+        )
+        if row.started_at and row.finished_at:
+            row.duration_ms = int((row.finished_at - row.started_at).total_seconds() * 1000)
+        artifacts = [
+            RunArtifact(run_id=self.run_id, node=node, message=a["message"], digest=a["digest"], size=a["size"],
+                        media_type=a.get("media_type") or "application/octet-stream", name=a.get("name"))
+            for a in (message.get("artifacts") or [])
+        ] if ok else []
+        record_node(self.rt.db, row, artifacts)
+        if ok:
+            self.walk.complete(node, message.get("outputs") or {})
+            return
+        self.errors[node] = message.get("error") or "failed"
+        if message["attempt"] <= spec.retries and not self.cancelled:
+            self.attempts[node] = message["attempt"] + 1
+            self.walk.state[node] = NodeState.PENDING
+            return
+        for skipped in self.walk.fail(node):
+            self._record_bare(skipped, NodeStatus.SKIPPED, f"skipped: upstream node {node!r} failed")
+
+    def _record_bare(self, node: str, status: NodeStatus, error: str | None, grant: Grant | None = None) -> None:
+        now = run_rows.utcnow()
+        record_node(self.rt.db, RunNode(
+            run_id=self.run_id, node=node, attempt=self.attempts.get(node, 1), status=status.value,
+            machine=grant.machine if grant else None, gpus=list(grant.gpus) if grant else [],
+            finished_at=now, error=error,
+        ))
+
+    # -- endings --------------------------------------------------------------------------------
+
+    def _cancel(self) -> None:
+        if self.cancelled:
+            return
+        self.cancelled = True
+        for node in self.walk.cancel_pending():
+            self._record_bare(node, NodeStatus.CANCELLED, "cancelled before it started")
+        for call_id, (node, grant) in list(self.in_flight.items()):
+            self.revoke(call_id)
+            # The call is killed (or never starts): its resources are free now.
+            self.rt.placer.release(grant)
+            self.walk.state[node] = NodeState.CANCELLED
+            self._record_bare(node, NodeStatus.CANCELLED, "cancelled while running", grant)
+        self.in_flight.clear()
+
+    def _finish(self) -> None:
+        result = self.walk.result()
+        if self.cancelled:
+            run_rows.finish(self.rt.db, self.run_id, RunStatus.CANCELLED, "cancelled by request", result)
+        elif failed := self.walk.failed():
+            details = "; ".join(f"{n}: {self.errors.get(n, 'failed').splitlines()[0]}" for n in failed)
+            skipped = [n for n, s in self.walk.state.items() if s is NodeState.SKIPPED]
+            tail = f" ({len(skipped)} downstream node(s) skipped: {', '.join(skipped)})" if skipped else ""
+            run_rows.finish(self.rt.db, self.run_id, RunStatus.ERROR,
+                            f"node(s) {', '.join(failed)} failed — {details}{tail}", result)
+        else:
+            run_rows.finish(self.rt.db, self.run_id, RunStatus.OK, None, result)
+
+    def _abort(self, reason: str) -> None:
+        for call_id, (_node, grant) in list(self.in_flight.items()):
+            self.revoke(call_id)
+            self.rt.placer.release(grant)
+        try:
+            run_rows.finish(self.rt.db, self.run_id, RunStatus.ERROR, reason, None)
+        except Exception:
+            log.exception("could not record the failure of run %s", self.run_id)
+
+
+def _parse(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None

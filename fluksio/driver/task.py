@@ -1,0 +1,29 @@
+"""The drive Celery task, and how a driver sends and kills node calls through Celery."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from celery.worker import state as worker_state
+
+from fluksio.driver.drive import drive
+from fluksio.constants import CALL_TASK, DRIVE_TASK
+
+def register_drive_task(app: Celery) -> None:
+    @app.task(name=DRIVE_TASK, bind=True, shared=False, ignore_result=True, acks_late=True)
+    def drive_task(self: Any, run_id: str) -> None:
+        runtime = self.app.fluksio_runtime
+
+        def dispatch(call: dict[str, Any], queue: str, display: str) -> None:
+            self.app.send_task(CALL_TASK, kwargs={"call": call}, queue=queue, task_id=call["call_id"],
+                               shadow=display)
+
+        def revoke(call_id: str) -> None:
+            if self.app.conf.get("fluksio_embedded"):
+                # One process: mark it revoked in this process's worker state, so it never starts.
+                worker_state.revoked.add(call_id)
+            else:
+                self.app.control.revoke(call_id, terminate=True, signal="SIGKILL")
+
+        drive(runtime, run_id, dispatch, revoke)

@@ -1,0 +1,43 @@
+"""One error tree: everything fluksio raises on purpose is a :class:`FluksioError`.
+
+Messages say what was wrong and what to do about it, because they are read by
+people at a terminal, not by code.
+"""
+
+from __future__ import annotations
+
+
+class FluksioError(Exception):
+    """Base of every error fluksio raises on purpose."""
+
+
+class FlowError(FluksioError):
+    """A flow's graph or a node's declaration is wrong (caught at definition time)."""
+
+
+class FlowNotFound(FluksioError):
+    """A flow reference names no flow that can be loaded."""
+
+
+class RunRejected(FluksioError, ValueError):
+    """A submit was refused before anything was journaled."""
+
+
+class RunNotFound(FluksioError, LookupError):
+    """No run has that id (or id prefix)."""
+
+
+class ConfigError(FluksioError):
+    """Settings or a configuration file are invalid."""
+
+
+class ArtifactError(FluksioError):
+    """An artifact digest is malformed or its bytes are missing."""
+
+
+class NodeFailed(FluksioError):
+    """A node call did not produce valid outputs. Raised inside node execution only."""
+
+
+class PlacementError(FluksioError):
+    """A request can never be placed (e.g. an unknown machine)."""

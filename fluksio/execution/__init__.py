@@ -1,0 +1,1 @@
+"""Executing node calls: the Celery task, output encoding and log capture."""

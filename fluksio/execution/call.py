@@ -1,0 +1,152 @@
+"""One node call: run the function with its inputs, capture its logs and outputs, report to the driver.
+
+Whatever the node does — raise, return the wrong shape, return something that
+is not JSON, run past its timeout — ends as an ``error`` completion for that
+node. Nothing it does reaches the worker or the store as an exception.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from datetime import datetime, timezone
+from typing import Any
+
+from fluksio.artifacts.artifact import Artifact, is_ref
+from fluksio.errors import NodeFailed
+from fluksio.execution.capture import capture_output
+from fluksio.execution.values import decode, encode
+from fluksio.flows.node import NodeSpec
+from fluksio.runs.inbox import DONE
+from fluksio.runs.metrics import MetricSink
+from fluksio.runs.runtime import Runtime
+from fluksio.schemas import Grant
+
+log = logging.getLogger(__name__)
+
+
+def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
+    """Run the call described by ``call`` (see the driver's dispatch) and push its completion."""
+    grant = Grant.model_validate(call["grant"])
+    started = datetime.now(timezone.utc)
+    completion: dict[str, Any] = {
+        "kind": DONE, "call_id": call["call_id"], "node": call["node"], "attempt": call["attempt"],
+        "machine": grant.machine, "gpus": list(grant.gpus), "started_at": started.isoformat(),
+    }
+    try:
+        try:
+            flow = runtime.registry.get(call["flow"])
+            node = flow.nodes[call["node"]]
+        except KeyError:
+            raise NodeFailed(f"flow {call['flow']!r} has no node {call['node']!r} on this worker") from None
+        outputs, artifacts, logs = _run_node(runtime, node, call)
+        completion.update(status="ok", outputs=outputs, artifacts=artifacts, logs=logs)
+    except NodeFailed as exc:
+        completion.update(status="error", error=str(exc), logs=getattr(exc, "logs", None))
+    except Exception as exc:  # anything else fluksio itself got wrong must still end the call
+        log.exception("node call %s failed inside fluksio", call.get("call_id"))
+        completion.update(status="error", error=f"fluksio failed to run the node: {type(exc).__name__}: {exc}")
+    completion["finished_at"] = datetime.now(timezone.utc).isoformat()
+    # Give the resources back before telling the driver, so its next claim can use them.
+    runtime.placer.release(grant)
+    runtime.inbox.push(call["run_id"], completion)
+
+
+def _run_node(runtime: Runtime, node: NodeSpec, call: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+    store = runtime.artifacts
+    args = [decode(call["inputs"][m], store) for m in node.requires]
+    sink = MetricSink(runtime.db, call["run_id"])
+    streamed: dict[str, Any] = {}
+
+    def emit(name: str, value: Any) -> None:
+        if name not in node.streams:
+            declared = ", ".join(node.streams) or "nothing"
+            raise NodeFailed(f"node {node.name!r} emitted {name!r}, but it streams only: {declared}")
+        sink.record(name, value)
+        streamed[name] = value
+
+    kwargs = {"emit": emit} if node.takes_emit else {}
+    limit = runtime.settings.log_limit_chars
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        with capture_output(limit) as captured:
+            try:
+                outcome["value"] = node.fn(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - the node's failure is data, reported below
+                outcome["error"] = exc
+                traceback.print_exc()
+            finally:
+                outcome["logs"] = captured.text
+
+    if node.timeout_s is None:
+        target()
+    else:
+        # A thread cannot be killed; the call is reported as timed out and its grant is returned
+        # while the abandoned thread finishes on its own.
+        runner = threading.Thread(target=target, name=f"fluksio-node-{node.name}", daemon=True)
+        runner.start()
+        runner.join(node.timeout_s)
+        if runner.is_alive():
+            failure = NodeFailed(f"node {node.name!r} timed out after {node.timeout_s:g} s")
+            failure.logs = outcome.get("logs")  # type: ignore[attr-defined]
+            raise failure
+    logs = outcome.get("logs", "")
+    try:
+        sink.flush()
+        if "error" in outcome:
+            raise NodeFailed(_describe(outcome["error"]))
+        outputs = _shape_outputs(node, outcome.get("value"))
+        made: list[Artifact] = []
+        encoded = {m: encode(v, store, made, f"message {m!r} of node {node.name!r}") for m, v in outputs.items()}
+        for message in node.streams:
+            encoded[message] = encode(streamed.get(message), store, made,
+                                      f"streamed message {message!r} of node {node.name!r}")
+    except NodeFailed as failure:
+        failure.logs = logs  # type: ignore[attr-defined]
+        raise
+    artifacts = [
+        {"message": m, **ref["$artifact"]}
+        for m, value in encoded.items() for ref in _refs(value)
+    ]
+    return encoded, artifacts, logs
+
+
+def _shape_outputs(node: NodeSpec, value: Any) -> dict[str, Any]:
+    if not node.provides:
+        return {}
+    if len(node.provides) == 1:
+        return {node.provides[0]: value}
+    if not isinstance(value, dict):
+        raise NodeFailed(
+            f"node {node.name!r} provides {', '.join(node.provides)} and must return a dict of them, "
+            f"got {type(value).__name__}"
+        )
+    missing = [m for m in node.provides if m not in value]
+    extra = [k for k in value if k not in node.provides]
+    if missing or extra:
+        problems = []
+        if missing:
+            problems.append(f"missing {', '.join(map(repr, missing))}")
+        if extra:
+            problems.append(f"undeclared {', '.join(map(repr, extra))}")
+        raise NodeFailed(f"node {node.name!r} returned a dict with {' and '.join(problems)}")
+    return dict(value)
+
+
+def _refs(value: Any) -> list[dict[str, Any]]:
+    if is_ref(value):
+        return [value]
+    if isinstance(value, dict):
+        return [r for item in value.values() for r in _refs(item)]
+    if isinstance(value, list):
+        return [r for item in value for r in _refs(item)]
+    return []
+
+
+def _describe(exc: BaseException) -> str:
+    """``ValueError: boom (at train.py:12 in fit)``: the error and the innermost frame that raised it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"

@@ -1,0 +1,83 @@
+"""Per-thread capture of stdout, stderr and logging, so concurrent calls in one process keep their logs apart."""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+_local = threading.local()
+_install_lock = threading.Lock()
+_installed = False
+
+
+class _ThreadRouter(io.TextIOBase):
+    """Writes go to the calling thread's capture buffer if it has one, else to the real stream."""
+
+    def __init__(self, real: TextIO) -> None:
+        self._real = real
+
+    def write(self, text: str) -> int:
+        buffer = getattr(_local, "buffer", None)
+        if buffer is None:
+            return self._real.write(text)
+        buffer.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if getattr(_local, "buffer", None) is None:
+            self._real.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+class _CaptureHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        buffer = getattr(_local, "buffer", None)
+        if buffer is not None:
+            buffer.write(self.format(record) + "\n")
+
+
+def _install() -> None:
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        sys.stdout = _ThreadRouter(sys.stdout)  # type: ignore[assignment]
+        sys.stderr = _ThreadRouter(sys.stderr)  # type: ignore[assignment]
+        handler = _CaptureHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)
+        _installed = True
+
+
+class Captured:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.buffer = io.StringIO()
+
+    @property
+    def text(self) -> str:
+        value = self.buffer.getvalue()
+        if len(value) > self.limit:
+            cut = len(value) - self.limit
+            return f"[… {cut} earlier characters cut]\n" + value[-self.limit:]
+        return value
+
+
+@contextmanager
+def capture_output(limit: int) -> Iterator[Captured]:
+    """Capture what this thread prints or logs, keeping the last ``limit`` characters."""
+    _install()
+    captured = Captured(limit)
+    previous = getattr(_local, "buffer", None)
+    _local.buffer = captured.buffer
+    try:
+        yield captured
+    finally:
+        _local.buffer = previous

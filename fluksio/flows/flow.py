@@ -1,0 +1,152 @@
+"""``Flow``: a named graph of nodes with declared inputs and outputs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from fluksio.errors import FlowError
+from fluksio.flows.node import NodeSpec, check_identifier, make_node
+from fluksio.flows.validation import topological_order, validate_graph
+from fluksio.schemas import Resources
+
+#: Flow names appear in queue names, CLI arguments and Flower: keep them plain.
+FLOW_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A declared flow input: its type (checked at submit) and optional default."""
+
+    name: str
+    type: Any
+    default: Any = _MISSING
+
+    @property
+    def required(self) -> bool:
+        return self.default is _MISSING
+
+    @property
+    def type_name(self) -> str:
+        return getattr(self.type, "__name__", None) or str(self.type)
+
+    def adapter(self) -> TypeAdapter[Any]:
+        return TypeAdapter(self.type)
+
+
+class Flow:
+    """A graph of Python functions.
+
+    ``inputs`` maps each parameter name to its type, or to ``(type, default)``;
+    ``outputs`` names the messages that make up the run's result (all messages
+    when omitted).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        inputs: dict[str, Any] | None = None,
+        outputs: Sequence[str] | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not FLOW_NAME.match(name):
+            raise FlowError(f"flow name {name!r} is not valid; use letters, digits, '_', '-' or '.'")
+        self.name = name
+        self.inputs: dict[str, InputSpec] = {}
+        for input_name, spec in (inputs or {}).items():
+            check_identifier("input", input_name, f"flow {name!r}")
+            if isinstance(spec, tuple):
+                if len(spec) != 2:
+                    raise FlowError(f"flow {name!r}: input {input_name!r} must be a type or (type, default)")
+                self.inputs[input_name] = InputSpec(input_name, spec[0], spec[1])
+            else:
+                self.inputs[input_name] = InputSpec(input_name, spec)
+            try:
+                self.inputs[input_name].adapter()
+            except Exception as exc:  # pydantic raises several kinds for unusable types
+                raise FlowError(f"flow {name!r}: input {input_name!r} has an unusable type {spec!r}: {exc}") from None
+        if isinstance(outputs, str):
+            outputs = [outputs]
+        self.outputs: list[str] | None = list(outputs) if outputs is not None else None
+        for output in self.outputs or []:
+            check_identifier("output", output, f"flow {name!r}")
+        self.nodes: dict[str, NodeSpec] = {}
+        # Where the flow was defined: the code digest and the registry need it.
+        caller = sys._getframe(1).f_globals
+        self.module: str = caller.get("__name__", "__main__")
+        self.source_file: str | None = caller.get("__file__")
+        self._providers: dict[str, str] | None = None
+
+    def node(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        provides: str | Sequence[str] | None = None,
+        requires: Sequence[str] | None = None,
+        streams: Sequence[str] = (),
+        device: str | None = None,
+        device_policy: str = "require",
+        resources: Resources | dict[str, Any] | None = None,
+        retries: int = 0,
+        timeout_s: float | None = None,
+        cache: bool = True,
+    ) -> Any:
+        """Declare a node: ``@flow.node`` or ``@flow.node(provides="x", ...)``. Returns the function unchanged."""
+
+        def register(func: Callable[..., Any]) -> Callable[..., Any]:
+            spec = make_node(
+                func, flow_name=self.name, name=name, provides=provides, requires=requires, streams=streams,
+                device=device, device_policy=device_policy, resources=resources, retries=retries,
+                timeout_s=timeout_s, cache=cache,
+            )
+            if spec.name in self.nodes:
+                raise FlowError(f"flow {self.name!r} already has a node named {spec.name!r}; pass name= to rename")
+            self.nodes[spec.name] = spec
+            self._providers = None
+            return func
+
+        return register(fn) if fn is not None else register
+
+    def validate(self) -> Flow:
+        """Check the whole graph (raises :class:`FlowError`); cheap after the first call."""
+        self.providers  # noqa: B018 - computing it is the check
+        return self
+
+    @property
+    def providers(self) -> dict[str, str]:
+        """Each message's provider: a node name or ``"<input>"``."""
+        if self._providers is None:
+            self._providers = validate_graph(self.name, self.inputs, self.nodes, self.outputs)
+        return self._providers
+
+    @property
+    def order(self) -> list[str]:
+        return topological_order(self.nodes, self.providers)
+
+    @property
+    def result_messages(self) -> list[str]:
+        """Messages that make up a run's result: the declared outputs, else every node's messages."""
+        if self.outputs is not None:
+            return list(self.outputs)
+        return [m for node in self.nodes.values() for m in node.messages]
+
+    @property
+    def version(self) -> str:
+        """A digest of the graph's shape (names and ports), independent of the code inside nodes."""
+        shape = {
+            "inputs": sorted(self.inputs),
+            "outputs": self.outputs,
+            "nodes": [[n.name, n.requires, n.provides, n.streams] for n in self.nodes.values()],
+        }
+        return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+    def __repr__(self) -> str:
+        return f"Flow({self.name!r}, nodes={list(self.nodes)})"

@@ -1,0 +1,141 @@
+"""Finding flows: by ``path/file.py:attr``, ``package.module:attr`` or a registered name.
+
+A worker only ever runs flows its registry holds, so a forged call cannot make
+it import an arbitrary module: names resolve against what the installation
+registered (``FLUKSIO_FLOWS``) or what this process defined itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+import threading
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+from fluksio.errors import FlowError, FlowNotFound
+from fluksio.flows.flow import Flow
+
+
+class FlowRegistry:
+    """Flows by name, thread-safe. One per runtime (client or worker)."""
+
+    def __init__(self) -> None:
+        self._flows: dict[str, Flow] = {}
+        self._lock = threading.Lock()
+
+    def register(self, flow: Flow) -> Flow:
+        flow.validate()
+        with self._lock:
+            self._flows[flow.name] = flow
+        return flow
+
+    def get(self, name: str) -> Flow:
+        try:
+            return self._flows[name]
+        except KeyError:
+            known = ", ".join(sorted(self._flows)) or "none"
+            raise FlowNotFound(
+                f"no flow named {name!r} is registered here (registered: {known}); add its module or file to "
+                "FLUKSIO_FLOWS, or pass path/file.py:attr or package.module:attr"
+            ) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._flows)
+
+    def load_sources(self, sources: list[str]) -> None:
+        """Register every flow found in each module or ``file.py`` (an ``:attr`` suffix picks one)."""
+        for source in sources:
+            for flow in load_flows(source):
+                self.register(flow)
+
+    def resolve(self, reference: str | Flow) -> Flow:
+        """A flow from an object, a registered name, or a ``file.py[:attr]`` / ``module:attr`` reference."""
+        if isinstance(reference, Flow):
+            return self.register(reference)
+        if not isinstance(reference, str) or not reference:
+            raise FlowNotFound(f"expected a Flow or a flow reference, got {reference!r}")
+        if reference in self._flows:
+            return self._flows[reference]
+        if ":" in reference or reference.endswith(".py"):
+            flows = load_flows(reference)
+            if len(flows) > 1:
+                names = ", ".join(f.name for f in flows)
+                raise FlowNotFound(f"{reference} defines several flows ({names}); pick one with {reference}:ATTR")
+            return self.register(flows[0])
+        return self.get(reference)
+
+
+def load_flows(source: str) -> list[Flow]:
+    """The flows a module or file defines; with ``:attr``, just that one."""
+    target, _, attr = source.partition(":")
+    if target.endswith(".py") or "/" in target:
+        module = _import_file(Path(target))
+    else:
+        module = _import_module(target)
+    if attr:
+        flow = getattr(module, attr, None)
+        if not isinstance(flow, Flow):
+            found = [n for n, v in vars(module).items() if isinstance(v, Flow)]
+            raise FlowNotFound(
+                f"{target} has no flow named {attr!r} (flows there: {', '.join(found) or 'none'})"
+            )
+        return [flow.validate()]
+    flows = [value.validate() for value in vars(module).values() if isinstance(value, Flow)]
+    if not flows:
+        raise FlowNotFound(f"{target} defines no Flow")
+    return flows
+
+
+def _import_module(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and name.startswith(exc.name):
+            raise FlowNotFound(f"no module named {name!r}; is it installed, or did you mean a file path?") from None
+        raise _import_failed(name, exc) from None
+    except FlowError:
+        raise
+    except Exception as exc:
+        raise _import_failed(name, exc) from None
+
+
+def _import_file(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise FlowNotFound(f"no flow file {path}")
+    resolved = path.resolve()
+    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
+    module_name = f"fluksio_flowfile_{resolved.stem}_{digest}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, resolved)
+    if spec is None or spec.loader is None:
+        raise FlowNotFound(f"cannot import {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    # Let the file import its siblings, as `python file.py` would.
+    sys.path.insert(0, str(resolved.parent))
+    try:
+        spec.loader.exec_module(module)
+    except FlowError:
+        sys.modules.pop(module_name, None)
+        raise
+    except BaseException as exc:
+        sys.modules.pop(module_name, None)
+        raise _import_failed(str(path), exc, resolved) from None
+    finally:
+        sys.path.remove(str(resolved.parent))
+    return module
+
+
+def _import_failed(what: str, exc: BaseException, file: Path | None = None) -> FlowNotFound:
+    """An import error that names the file and line where it happened, not fluksio's frames."""
+    if isinstance(exc, SyntaxError):
+        return FlowNotFound(f"cannot import {what}: {exc.filename}:{exc.lineno}: {exc.msg}")
+    frames = traceback.extract_tb(exc.__traceback__)
+    frame = next((f for f in reversed(frames) if file is None or Path(f.filename) == file), None)
+    where = f"{frame.filename}:{frame.lineno}: " if frame else ""
+    return FlowNotFound(f"cannot import {what}: {where}{type(exc).__name__}: {exc}")

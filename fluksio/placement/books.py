@@ -1,0 +1,60 @@
+"""Exact books of one machine: what it has, what is free, and which grant holds what. Pure."""
+
+from __future__ import annotations
+
+from fluksio.schemas import Grant, Inventory, Resources
+
+
+class MachineBooks:
+    """Free cpus, GPU ids and RAM of one machine. Not thread-safe: the owner serialises access."""
+
+    def __init__(self, inventory: Inventory) -> None:
+        self.inventory = inventory
+        self.free_cpus = inventory.cpus
+        self.free_gpus: list[int] = sorted(inventory.gpus)
+        self.free_ram_mb = inventory.ram_mb
+        self.grants: dict[str, Grant] = {}
+
+    def could_ever_fit(self, request: Resources) -> bool:
+        """Whether the machine, empty, could grant the request."""
+        inv = self.inventory
+        return request.cpus <= inv.cpus and request.gpus <= len(inv.gpus) and request.ram_mb <= inv.ram_mb
+
+    def fits_now(self, request: Resources) -> bool:
+        return (
+            request.cpus <= self.free_cpus
+            and request.gpus <= len(self.free_gpus)
+            and request.ram_mb <= self.free_ram_mb
+        )
+
+    def take(self, request: Resources, grant_id: str, clamped_from: Resources | None = None) -> Grant | None:
+        if grant_id in self.grants:
+            return self.grants[grant_id]
+        if not self.fits_now(request):
+            return None
+        gpus = tuple(self.free_gpus[: request.gpus])
+        del self.free_gpus[: request.gpus]
+        self.free_cpus -= request.cpus
+        self.free_ram_mb -= request.ram_mb
+        grant = Grant(id=grant_id, machine=self.inventory.name, cpus=request.cpus, gpus=gpus,
+                      ram_mb=request.ram_mb, clamped_from=clamped_from)
+        self.grants[grant_id] = grant
+        return grant
+
+    def give(self, grant_id: str) -> bool:
+        """Return a grant's resources. Giving an unknown or already-returned grant is a no-op."""
+        grant = self.grants.pop(grant_id, None)
+        if grant is None:
+            return False
+        self.free_cpus += grant.cpus
+        self.free_gpus = sorted(self.free_gpus + list(grant.gpus))
+        self.free_ram_mb += grant.ram_mb
+        return True
+
+    @property
+    def load(self) -> float:
+        """Fraction of the machine's cpus in use, 0..1."""
+        return 1 - self.free_cpus / self.inventory.cpus
+
+    def free(self) -> Resources:
+        return Resources(cpus=self.free_cpus, gpus=len(self.free_gpus), ram_mb=self.free_ram_mb)

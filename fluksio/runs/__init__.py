@@ -1,0 +1,1 @@
+"""Run semantics above the store: submit validation, the metric sink, driver inboxes, the shared runtime."""

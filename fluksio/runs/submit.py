@@ -1,0 +1,137 @@
+"""Submit: validate everything that can be checked now, then journal the run as ``queued``.
+
+The caller hears about unknown inputs, wrong types and unplaceable labels at
+once, not from a failing run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
+
+from fluksio.errors import RunRejected
+from fluksio.flows.flow import Flow
+from fluksio.flows.registry import FlowRegistry
+from fluksio.schemas import DevicePolicy, Inventory, RunStatus
+from fluksio.store.db import Database
+from fluksio.store.ids import new_run_id
+from fluksio.store.models import Run
+from fluksio.store.runs import find_by_idempotency_key, insert_run, utcnow
+
+#: The input that ``seed=`` fills.
+SEED_INPUT = "seed"
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def params_digest(params: Mapping[str, Any], seed: int | None) -> str:
+    """Identity of an experiment's settings: the params and the seed."""
+    return "sha256:" + hashlib.sha256(canonical_json({"params": params, "seed": seed}).encode()).hexdigest()
+
+
+def validate_params(flow: Flow, params: Any, seed: int | None) -> dict[str, Any]:
+    """The run's full parameters (defaults filled, seed applied), or :class:`RunRejected`."""
+    if params is None:
+        params = {}
+    if not isinstance(params, Mapping):
+        raise RunRejected(f"params must be a mapping of input name to value, got {type(params).__name__}")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise RunRejected(f"seed must be a whole number, got {seed!r}")
+    declared = ", ".join(sorted(flow.inputs)) or "nothing"
+    for name in params:
+        if name not in flow.inputs:
+            raise RunRejected(f"{name!r} is not an input of flow {flow.name!r} (it declares: {declared})")
+    values = dict(params)
+    if seed is not None and SEED_INPUT in flow.inputs and SEED_INPUT not in values:
+        values[SEED_INPUT] = seed
+    checked: dict[str, Any] = {}
+    for name, spec in flow.inputs.items():
+        if name not in values:
+            if spec.required:
+                hint = " (or pass seed=)" if name == SEED_INPUT else ""
+                raise RunRejected(
+                    f"flow {flow.name!r} needs input {name!r} ({spec.type_name}); give it as a parameter{hint}"
+                )
+            checked[name] = spec.default
+            continue
+        try:
+            value = spec.adapter().validate_python(values[name], strict=True)
+        except ValidationError as exc:
+            raise RunRejected(
+                f"input {name!r} of flow {flow.name!r} must be {spec.type_name}, got {values[name]!r} "
+                f"({type(values[name]).__name__}): {exc.errors()[0]['msg']}"
+            ) from None
+        try:
+            checked[name] = to_jsonable_python(value)
+        except Exception:
+            raise RunRejected(f"input {name!r}: {value!r} cannot be stored as JSON") from None
+    return checked
+
+
+def check_placeable(flow: Flow, machines: list[Inventory]) -> None:
+    """In the embedded default no other machine can ever attach: refuse labels nobody carries now."""
+    for node in flow.nodes.values():
+        if node.device is None or node.device_policy is not DevicePolicy.REQUIRE:
+            continue
+        if not any(m.carries(node.device) for m in machines):
+            names = ", ".join(m.name for m in machines) or "none"
+            raise RunRejected(
+                f"node {node.name!r} of flow {flow.name!r} requires a worker labelled {node.device!r}, and the "
+                f"embedded machine ({names}) does not carry it. Either run a `fluksio worker --labels "
+                f"{node.device}` with FLUKSIO_BROKER_URL set to a shared broker, give the embedded machine the "
+                f"label (FLUKSIO_LABELS={node.device}), or declare the node with device_policy='prefer'"
+            )
+
+
+def flow_reference(flow: Flow) -> str | None:
+    """``module:attr`` or ``file.py:attr`` by which another process can load this flow."""
+    module = sys.modules.get(flow.module)
+    attr = next((k for k, v in vars(module).items() if v is flow), None) if module else None
+    if attr is None:
+        return None
+    if flow.module != "__main__" and not flow.module.startswith("fluksio_flowfile_"):
+        return f"{flow.module}:{attr}"
+    return f"{flow.source_file}:{attr}" if flow.source_file else None
+
+
+def submit_run(
+    db: Database,
+    registry: FlowRegistry,
+    flow_or_name: Flow | str,
+    *,
+    engine: str,
+    params: Mapping[str, Any] | None = None,
+    seed: int | None = None,
+    group: str | None = None,
+    no_cache: bool = False,
+    idempotency_key: str | None = None,
+    embedded_machines: list[Inventory] | None = None,
+) -> tuple[Run, bool]:
+    """Journal a run. Returns the row and whether it is new (``False``: an idempotent retry)."""
+    if idempotency_key is not None:
+        if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 200:
+            raise RunRejected("idempotency_key must be a non-empty string of at most 200 characters")
+        existing = find_by_idempotency_key(db, idempotency_key)
+        if existing is not None:
+            return existing, False
+    if group is not None and (not isinstance(group, str) or not 0 < len(group) <= 64):
+        raise RunRejected("group must be a non-empty string of at most 64 characters")
+    flow = registry.resolve(flow_or_name)
+    values = validate_params(flow, params, seed)
+    if embedded_machines is not None:
+        check_placeable(flow, embedded_machines)
+    run = Run(
+        id=new_run_id(), flow=flow.name, flow_ref=flow_reference(flow), flow_version=flow.version,
+        params=values, params_digest=params_digest(values, seed), seed=seed, group_id=group,
+        status=RunStatus.QUEUED.value, created_at=utcnow(), engine=engine, idempotency_key=idempotency_key,
+        no_cache=bool(no_cache), cancel_requested=False,
+    )
+    return insert_run(db, run)

@@ -1,0 +1,114 @@
+"""Pydantic models shared by every layer: what a node asks for, what a machine has, what a run is."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Resources(BaseModel):
+    """What one node call holds while it runs. ``ram_mb`` is in megabytes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: At least one: every call occupies one of its worker's pool slots.
+    cpus: int = Field(default=1, ge=1)
+    gpus: int = Field(default=0, ge=0)
+    ram_mb: int = Field(default=0, ge=0)
+
+    def describe(self) -> str:
+        parts = []
+        if self.gpus:
+            parts.append(f"{self.gpus} gpu(s)")
+        parts.append(f"{self.cpus} cpu(s)")
+        if self.ram_mb:
+            parts.append(f"{self.ram_mb} MB RAM")
+        return " and ".join(parts)
+
+
+class Inventory(BaseModel):
+    """A machine's total capacity and the labels it carries (its name is always one of them)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    cpus: int = Field(ge=1)
+    gpus: tuple[int, ...] = ()
+    ram_mb: int = Field(default=0, ge=0)
+    labels: tuple[str, ...] = ()
+
+    def carries(self, label: str) -> bool:
+        return label == self.name or label in self.labels
+
+
+class Grant(BaseModel):
+    """Resources held on one machine for one node call, until given back."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    machine: str
+    cpus: int
+    gpus: tuple[int, ...] = ()
+    ram_mb: int = 0
+    #: Set when the request was larger than any machine and was cut down to fit.
+    clamped_from: Resources | None = None
+
+
+class DevicePolicy(str, Enum):
+    REQUIRE = "require"
+    PREFER = "prefer"
+
+
+class RunStatus(str, Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    OK = "ok"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+    ABANDONED = "abandoned"
+
+    def is_terminal(self) -> bool:
+        return self not in (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+class NodeStatus(str, Enum):
+    OK = "ok"
+    ERROR = "error"
+    CACHED = "cached"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+
+class NodeRecord(BaseModel):
+    node: str
+    status: NodeStatus
+    machine: str | None = None
+    gpus: list[int] = Field(default_factory=list)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_ms: int | None = None
+    error: str | None = None
+    logs: str | None = None
+    cached_from: str | None = None
+    attempt: int = 1
+
+
+class RunRecord(BaseModel):
+    id: str
+    flow: str
+    status: RunStatus
+    status_reason: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    seed: int | None = None
+    group_id: str | None = None
+    result: dict[str, Any] | None = None
+    code_digest: str | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_ms: int | None = None
+    nodes: list[NodeRecord] = Field(default_factory=list)

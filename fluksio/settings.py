@@ -1,0 +1,128 @@
+"""Configuration: one :class:`Settings` object, read once and passed explicitly.
+
+Sources, highest priority first: constructor arguments, ``FLUKSIO_*``
+environment variables, then ``fluksio.toml`` in the working directory or the
+file named by ``FLUKSIO_CONFIG``. Unknown keys are rejected so a misspelt
+setting is an error, not a silent default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from fluksio.errors import ConfigError
+
+#: The broker URL that selects the embedded, single-process mode.
+EMBEDDED_BROKER = "memory://"
+
+
+def _config_file() -> Path:
+    return Path(os.environ.get("FLUKSIO_CONFIG", "fluksio.toml"))
+
+
+class Settings(BaseSettings):
+    """Every knob of an installation. All processes of one installation share them."""
+
+    model_config = SettingsConfigDict(env_prefix="FLUKSIO_", extra="forbid", frozen=True)
+
+    broker_url: str = EMBEDDED_BROKER
+    result_backend: str | None = None
+    database_url: str = "sqlite:///.fluksio/fluksio.db"
+    artifacts_dir: Path = Path(".fluksio/artifacts")
+    #: Modules or ``file.py`` paths whose flows are registered (comma-separated in the environment).
+    flows: list[str] = Field(default_factory=list)
+    provisioners: Path | None = None
+
+    #: Name of this machine in the placer's books (default: the host name).
+    machine_name: str | None = None
+    #: Labels the embedded machine carries besides its name.
+    labels: list[str] = Field(default_factory=list)
+    #: CPUs the embedded machine offers (default: the host's count).
+    cpus: int | None = Field(default=None, ge=1)
+    #: RAM the embedded machine offers, in MB (default: the host's).
+    ram_mb: int | None = Field(default=None, ge=0)
+    #: Driver slots (threads) of a driver pool.
+    driver_concurrency: int = Field(default=16, ge=1)
+
+    #: How often a running driver refreshes its run's lease, in seconds.
+    lease_interval_s: float = Field(default=5.0, gt=0)
+    #: A lease older than this means the driver died, in seconds.
+    stale_after_s: float = Field(default=60.0, gt=0)
+    #: Idle poll of kombu's memory transport, in seconds (its default, 1 s, costs a second per hop).
+    memory_polling_interval_s: float = Field(default=0.001, gt=0)
+    #: Captured logs kept per node call, in characters.
+    log_limit_chars: int = Field(default=64_000, ge=0)
+
+    @field_validator("flows", "labels", mode="before")
+    @classmethod
+    def _split_commas(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=_config_file())
+        return (init_settings, env_settings, toml)
+
+    @property
+    def embedded(self) -> bool:
+        """True when no broker is configured: everything runs in this process."""
+        return self.broker_url.startswith(EMBEDDED_BROKER)
+
+    @property
+    def engine(self) -> str:
+        return "embedded" if self.embedded else urlsplit(self.broker_url).scheme
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings, turning pydantic's report into a :class:`ConfigError` that names the source."""
+    _complain_about_unknown_env()
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(settings)'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(
+            f"invalid fluksio settings ({problems}); check FLUKSIO_* variables and {_config_file()}"
+        ) from None
+    except (OSError, ValueError) as exc:  # a TOML file that does not parse
+        raise ConfigError(f"cannot read {_config_file()}: {exc}") from None
+
+
+def _complain_about_unknown_env() -> None:
+    known = {f"FLUKSIO_{name.upper()}" for name in Settings.model_fields} | {"FLUKSIO_CONFIG"}
+    unknown = sorted(key for key in os.environ if key.startswith("FLUKSIO_") and key not in known)
+    if unknown:
+        raise ConfigError(
+            f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***``, safe for logs and tables."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))

@@ -1,0 +1,123 @@
+"""Engines, sessions and schema upgrades for the run store."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.orm import Session, sessionmaker
+
+from fluksio.errors import ConfigError
+from fluksio.settings import redact_url
+
+#: Where Alembic finds our migrations (a package resource, so it works when installed).
+MIGRATIONS = "fluksio.store:migrations"
+#: How long SQLite waits for another writer before failing, in milliseconds.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+_upgrade_lock = threading.Lock()
+
+
+class Database:
+    """The run store: a read engine and a write engine (the same one except on SQLite).
+
+    On SQLite, writes begin with ``BEGIN IMMEDIATE`` so that two writers queue on
+    the busy timeout instead of one failing when its read lock cannot be upgraded.
+    """
+
+    def __init__(self, url: str) -> None:
+        try:
+            self.url = make_url(url)
+        except ArgumentError:
+            raise ConfigError(f"database URL {redact_url(url)!r} is not a SQLAlchemy URL") from None
+        self.is_sqlite = self.url.get_backend_name() == "sqlite"
+        if self.is_sqlite:
+            self._prepare_sqlite_file()
+            self.engine = self._sqlite_engine(immediate=False)
+            self.write_engine = self._sqlite_engine(immediate=True)
+        else:
+            self.engine = create_engine(self.url, pool_pre_ping=True, future=True)
+            self.write_engine = self.engine
+        self._read = sessionmaker(self.engine, expire_on_commit=False)
+        self._write = sessionmaker(self.write_engine, expire_on_commit=False)
+
+    def _prepare_sqlite_file(self) -> None:
+        database = self.url.database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+
+    def _sqlite_engine(self, immediate: bool) -> Engine:
+        engine = create_engine(
+            self.url,
+            connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+            future=True,
+        )
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Take transaction control away from pysqlite so that BEGIN is ours to issue.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(connection: Any) -> None:
+            connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+        return engine
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with self._read() as session:
+            yield session
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A session whose work is committed on exit (rolled back on error)."""
+        with self._write() as session, session.begin():
+            yield session
+
+    # -- schema -------------------------------------------------------------------------------
+
+    def alembic_config(self) -> Config:
+        config = Config()
+        config.set_main_option("script_location", MIGRATIONS)
+        config.set_main_option("sqlalchemy.url", self.url.render_as_string(hide_password=False).replace("%", "%%"))
+        return config
+
+    def current_revision(self) -> str | None:
+        with self.engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+
+    def head_revision(self) -> str | None:
+        return ScriptDirectory.from_config(self.alembic_config()).get_current_head()
+
+    def upgrade(self) -> None:
+        """Bring the schema to the newest migration (a no-op when it is there already)."""
+        with _upgrade_lock:
+            if self.current_revision() == self.head_revision():
+                return
+            config = self.alembic_config()
+            with self.write_engine.connect() as connection:
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+                connection.commit()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+        if self.write_engine is not self.engine:
+            self.write_engine.dispose()

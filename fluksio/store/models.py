@@ -1,0 +1,128 @@
+"""SQLAlchemy tables of the run store, with their indexes beside them."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+#: JSONB on PostgreSQL (indexable, compact), plain JSON text elsewhere.
+JSONValue = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC timestamps on every dialect; SQLite forgets the zone, so put it back on read."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given to the run store; use datetime.now(timezone.utc)")
+        return value.astimezone(timezone.utc) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    #: Time-ordered (ULID), so sorting by id sorts by submission.
+    id: Mapped[str] = mapped_column(String(26), primary_key=True)
+    flow: Mapped[str] = mapped_column(String(200), index=True)
+    #: How workers find the flow: ``module:attr`` or ``file.py:attr``.
+    flow_ref: Mapped[str | None] = mapped_column(String(1000))
+    #: Digest of the graph's shape; the code inside is in ``code_digest``.
+    flow_version: Mapped[str | None] = mapped_column(String(64))
+    #: Read when the run is claimed, not at submit: the code that actually ran.
+    code_digest: Mapped[str | None] = mapped_column(String(80))
+    params: Mapped[dict[str, Any]] = mapped_column(JSONValue, default=dict)
+    params_digest: Mapped[str] = mapped_column(String(80))
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    group_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    status_reason: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    #: Refreshed by the running driver; an old one means the driver died.
+    lease_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    engine: Mapped[str] = mapped_column(String(32))
+    #: Unique: the index, not a read-then-write, decides which of two racing submits wins.
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    duration_ms: Mapped[int | None] = mapped_column(BigInteger)
+    no_cache: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Set by ``cancel`` on a running run; the driver stops scheduling when it sees it.
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    __table_args__ = (Index("ix_runs_status_lease", "status", "lease_at"),)
+
+
+class RunNode(Base):
+    __tablename__ = "run_nodes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    node: Mapped[str] = mapped_column(String(200))
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    status: Mapped[str] = mapped_column(String(16))
+    machine: Mapped[str | None] = mapped_column(String(200))
+    gpus: Mapped[list[int]] = mapped_column(JSONValue, default=list)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    duration_ms: Mapped[int | None] = mapped_column(BigInteger)
+    error: Mapped[str | None] = mapped_column(Text)
+    logs: Mapped[str | None] = mapped_column(Text)
+    cache_key: Mapped[str | None] = mapped_column(String(80), index=True)
+    outputs: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
+    #: The run whose row this one's outputs were restored from (always the original, never a copy).
+    cached_from: Mapped[str | None] = mapped_column(String(26))
+
+    __table_args__ = (UniqueConstraint("run_id", "node", "attempt", name="uq_run_nodes_attempt"),)
+
+
+class RunMetric(Base):
+    __tablename__ = "run_metrics"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    #: Count of earlier emissions of this name in this run, from 0.
+    step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    value: Mapped[float] = mapped_column(Float)
+
+
+class RunArtifact(Base):
+    __tablename__ = "run_artifacts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    node: Mapped[str] = mapped_column(String(200))
+    message: Mapped[str] = mapped_column(String(200))
+    digest: Mapped[str] = mapped_column(String(80), index=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    media_type: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str | None] = mapped_column(String(500))

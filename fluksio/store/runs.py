@@ -1,0 +1,164 @@
+"""Reads and writes of ``runs`` rows. Status changes are guarded UPDATEs, so two writers cannot both win."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from fluksio.errors import RunNotFound
+from fluksio.schemas import NodeRecord, NodeStatus, RunRecord, RunStatus
+from fluksio.store.db import Database
+from fluksio.store.models import Run, RunNode
+from fluksio.store.status import allowed_from
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def insert_run(db: Database, run: Run) -> tuple[Run, bool]:
+    """Journal a new run. With an idempotency key already used, return that run and ``False``."""
+    try:
+        with db.write() as session:
+            session.add(run)
+        return run, True
+    except IntegrityError:
+        if run.idempotency_key is None:
+            raise
+        with db.read() as session:
+            existing = session.scalar(select(Run).where(Run.idempotency_key == run.idempotency_key))
+        if existing is None:  # the conflict was something else
+            raise
+        return existing, False
+
+
+def find_by_idempotency_key(db: Database, key: str) -> Run | None:
+    with db.read() as session:
+        return session.scalar(select(Run).where(Run.idempotency_key == key))
+
+
+def transition(db: Database, run_id: str, target: RunStatus, **values: Any) -> bool:
+    """Move a run to ``target`` if the transition table allows it from its current status.
+
+    Returns whether this call made the change (``False``: someone else got there first).
+    """
+    with db.write() as session:
+        result = session.execute(
+            update(Run)
+            .where(Run.id == run_id, Run.status.in_(allowed_from(target)))
+            .values(status=target.value, **values)
+        )
+        return result.rowcount == 1
+
+
+def claim(db: Database, run_id: str, code_digest: str | None) -> bool:
+    """``queued → running``; exactly one of several claimers gets ``True``."""
+    now = utcnow()
+    with db.write() as session:
+        result = session.execute(
+            update(Run)
+            .where(Run.id == run_id, Run.status == RunStatus.QUEUED.value, Run.cancel_requested.is_(False))
+            .values(status=RunStatus.RUNNING.value, started_at=now, lease_at=now, code_digest=code_digest,
+                    status_reason=None)
+        )
+        return result.rowcount == 1
+
+
+def refresh_lease(db: Database, run_id: str) -> bool:
+    """Extend the lease; also reports whether a cancel was requested."""
+    with db.write() as session:
+        session.execute(
+            update(Run).where(Run.id == run_id, Run.status == RunStatus.RUNNING.value).values(lease_at=utcnow())
+        )
+        return bool(session.scalar(select(Run.cancel_requested).where(Run.id == run_id)))
+
+
+def set_reason(db: Database, run_id: str, reason: str | None) -> None:
+    with db.write() as session:
+        session.execute(update(Run).where(Run.id == run_id).values(status_reason=reason))
+
+
+def finish(db: Database, run_id: str, status: RunStatus, reason: str | None, result: dict[str, Any] | None) -> bool:
+    with db.read() as session:
+        started = session.scalar(select(Run.started_at).where(Run.id == run_id))
+    now = utcnow()
+    duration = int((now - started).total_seconds() * 1000) if started else None
+    return transition(db, run_id, status, status_reason=reason, result=result, finished_at=now, duration_ms=duration)
+
+
+def request_cancel(db: Database, run_id: str, reason: str) -> RunStatus:
+    """Cancel a queued run outright, or flag a running one for its driver. Returns the status after."""
+    run = get_run(db, run_id)
+    with db.write() as session:
+        cancelled_queued = session.execute(
+            update(Run)
+            .where(Run.id == run.id, Run.status == RunStatus.QUEUED.value)
+            .values(status=RunStatus.CANCELLED.value, status_reason=reason, finished_at=utcnow(),
+                    cancel_requested=True)
+        ).rowcount
+        if not cancelled_queued:
+            session.execute(
+                update(Run)
+                .where(Run.id == run.id, Run.status == RunStatus.RUNNING.value)
+                .values(cancel_requested=True, status_reason=f"cancelling: {reason}")
+            )
+    return RunStatus(get_run(db, run.id).status)
+
+
+def get_run(db: Database, run_id: str) -> Run:
+    """A run by id or by a unique prefix of its id."""
+    with db.read() as session:
+        run = session.get(Run, run_id)
+        if run is not None:
+            return run
+        if len(run_id) >= 4:
+            matches = session.scalars(select(Run).where(Run.id.like(f"{run_id.upper()}%")).limit(2)).all()
+            if len(matches) == 1:
+                return matches[0]
+            if len(matches) > 1:
+                raise RunNotFound(f"run id prefix {run_id!r} is ambiguous; give more characters")
+    raise RunNotFound(f"no run {run_id!r}; `fluksio runs` lists them")
+
+
+def list_runs(
+    db: Database, flow: str | None = None, status: str | None = None, group: str | None = None, limit: int = 50
+) -> list[Run]:
+    query = select(Run).order_by(Run.id.desc()).limit(limit)
+    if flow:
+        query = query.where(Run.flow == flow)
+    if status:
+        query = query.where(Run.status == status)
+    if group:
+        query = query.where(Run.group_id == group)
+    with db.read() as session:
+        return list(session.scalars(query))
+
+
+def node_rows(db: Database, run_id: str) -> list[RunNode]:
+    with db.read() as session:
+        return list(session.scalars(select(RunNode).where(RunNode.run_id == run_id).order_by(RunNode.id)))
+
+
+def to_record(run: Run, nodes: list[RunNode]) -> RunRecord:
+    return RunRecord(
+        id=run.id, flow=run.flow, status=RunStatus(run.status), status_reason=run.status_reason,
+        params=run.params or {}, seed=run.seed, group_id=run.group_id, result=run.result,
+        code_digest=run.code_digest, created_at=run.created_at, started_at=run.started_at,
+        finished_at=run.finished_at, duration_ms=run.duration_ms,
+        nodes=[
+            NodeRecord(
+                node=n.node, status=NodeStatus(n.status), machine=n.machine, gpus=list(n.gpus or []),
+                started_at=n.started_at, finished_at=n.finished_at, duration_ms=n.duration_ms, error=n.error,
+                logs=n.logs, cached_from=n.cached_from, attempt=n.attempt,
+            )
+            for n in nodes
+        ],
+    )
+
+
+def load_record(db: Database, run_id: str) -> RunRecord:
+    run = get_run(db, run_id)
+    return to_record(run, node_rows(db, run.id))

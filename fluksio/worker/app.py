@@ -1,0 +1,50 @@
+"""The Celery app of an installation: JSON only, late acks, one message at a time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from fluksio.constants import DRIVE_TASK, DRIVERS_QUEUE
+from fluksio.driver.task import register_drive_task
+from fluksio.execution.task import register_call_task
+from fluksio.runs.runtime import Runtime
+from fluksio.settings import Settings
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "broker_url": settings.broker_url,
+        # JSON only: a pickled message is refused before it is decoded, let alone executed.
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "event_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        # A call is acknowledged when it ends, so a worker that dies mid-call leaves it on the broker.
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": False,
+        "worker_prefetch_multiplier": 1,
+        # Drivers learn of completions through their inbox; nothing reads Celery results.
+        "task_ignore_result": True,
+        "task_routes": {DRIVE_TASK: {"queue": DRIVERS_QUEUE}},
+        "broker_connection_retry_on_startup": True,
+        "worker_hijack_root_logger": False,
+        "task_send_sent_event": True,
+        "worker_send_task_events": True,
+        "fluksio_embedded": settings.embedded,
+    }
+    if settings.result_backend:
+        config["result_backend"] = settings.result_backend
+    return config
+
+
+def create_app(settings: Settings, runtime: Runtime, **overrides: Any) -> Celery:
+    """An app with fluksio's two tasks registered, bound to ``runtime``."""
+    app = Celery("fluksio", set_as_current=False)
+    app.conf.update(celery_config(settings), **overrides)
+    app.fluksio_runtime = runtime  # type: ignore[attr-defined]
+    register_drive_task(app)
+    register_call_task(app)
+    return app

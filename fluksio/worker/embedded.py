@@ -1,0 +1,99 @@
+"""The embedded default: an in-process broker and two Celery workers on threads.
+
+Each embedded runtime gets a memory transport of its own (kombu's keeps its
+queues in class attributes shared by the whole process), and each worker gets
+an app of its own (a worker's queue selection is stored on its app). Drivers
+and node calls run in separate pools, so a driver can never take the slot a
+node call needs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+
+from concurrent.futures import ThreadPoolExecutor
+
+from celery import Celery
+from celery.concurrency.thread import TaskPool as ThreadTaskPool
+from celery.worker import WorkController
+from kombu.transport import memory, virtual
+
+from fluksio.constants import DEFAULT_LABEL, DRIVERS_QUEUE
+from fluksio.runs.runtime import Runtime
+from fluksio.schemas import Inventory
+from fluksio.worker.app import create_app
+
+log = logging.getLogger(__name__)
+
+#: How long closing waits for each worker thread, in seconds.
+STOP_TIMEOUT_S = 10.0
+
+
+def private_memory_transport() -> type[memory.Transport]:
+    channel = type("Channel", (memory.Channel,), {"queues": {}, "events": defaultdict(set)})
+    return type("Transport", (memory.Transport,), {"Channel": channel, "global_state": virtual.BrokerState()})
+
+
+def thread_pool_for(app: Celery) -> type[ThreadTaskPool]:
+    """Celery's thread pool, with ``app`` as the current app in its threads.
+
+    Celery runs a task by looking its name up in the *current* app, which is
+    thread-local and, in a pool thread, the default app (which knows none of our
+    tasks). Several embedded runtimes may live in one process, so each pool
+    must see its own app.
+    """
+
+    class AppThreadPool(ThreadTaskPool):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+            self.executor = ThreadPoolExecutor(max_workers=self.limit, initializer=app.set_current)
+
+    return AppThreadPool
+
+
+def node_queues(inventory: Inventory) -> list[str]:
+    """The queues a machine's node worker consumes: one per label it carries, its name, and default."""
+    labels = [DEFAULT_LABEL, inventory.name, *inventory.labels]
+    return [f"{label}@{inventory.name}" for label in dict.fromkeys(labels)]
+
+
+class EmbeddedWorkers:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        settings = runtime.settings
+        self.transport = private_memory_transport()
+        overrides = {
+            "broker_transport": self.transport,
+            "broker_transport_options": {"polling_interval": settings.memory_polling_interval_s},
+            "worker_enable_remote_control": False,
+            "task_send_sent_event": False,
+            "worker_send_task_events": False,
+        }
+        self.app = create_app(settings, runtime, **overrides)
+        inventory = next(m for m in runtime.placer.machines() if m.name == runtime.machine)
+        self._controllers: list[tuple[WorkController, threading.Thread]] = []
+        self._start("drivers", [DRIVERS_QUEUE], settings.driver_concurrency, overrides)
+        self._start("nodes", node_queues(inventory), inventory.cpus, overrides)
+
+    def _start(self, role: str, queues: list[str], concurrency: int, overrides: dict) -> None:
+        app: Celery = create_app(self.runtime.settings, self.runtime, **overrides)
+        controller = WorkController(
+            app=app, hostname=f"{role}@{self.runtime.machine}", pool_cls=thread_pool_for(app), concurrency=concurrency,
+            queues=queues, without_heartbeat=True, without_mingle=True, without_gossip=True,
+            loglevel="WARNING",
+        )
+        thread = threading.Thread(target=controller.start, name=f"fluksio-{role}", daemon=True)
+        thread.start()
+        self._controllers.append((controller, thread))
+
+    def stop(self) -> None:
+        for controller, _thread in self._controllers:
+            try:
+                controller.stop(in_sighandler=False)
+            except Exception:  # a worker that failed to start has nothing to stop
+                log.debug("stopping an embedded worker failed", exc_info=True)
+        for _controller, thread in self._controllers:
+            thread.join(STOP_TIMEOUT_S)
+        self._controllers.clear()

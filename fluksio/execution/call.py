@@ -76,7 +76,7 @@ def _run_node(runtime: Runtime, node: NodeSpec, call: dict[str, Any]) -> tuple[d
                 outcome["value"] = node.fn(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - the node's failure is data, reported below
                 outcome["error"] = exc
-                traceback.print_exc()
+                captured.write(traceback.format_exc())
             finally:
                 outcome["logs"] = captured.text
 

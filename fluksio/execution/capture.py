@@ -44,22 +44,27 @@ class _CaptureHandler(logging.Handler):
 
 
 def _install() -> None:
+    """Route sys.stdout/sys.stderr through per-thread buffers (again, if someone replaced them since)."""
     global _installed
     with _install_lock:
-        if _installed:
-            return
-        sys.stdout = _ThreadRouter(sys.stdout)  # type: ignore[assignment]
-        sys.stderr = _ThreadRouter(sys.stderr)  # type: ignore[assignment]
-        handler = _CaptureHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        logging.getLogger().addHandler(handler)
-        _installed = True
+        if not isinstance(sys.stdout, _ThreadRouter):
+            sys.stdout = _ThreadRouter(sys.stdout)  # type: ignore[assignment]
+        if not isinstance(sys.stderr, _ThreadRouter):
+            sys.stderr = _ThreadRouter(sys.stderr)  # type: ignore[assignment]
+        if not _installed:
+            handler = _CaptureHandler()
+            handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+            logging.getLogger().addHandler(handler)
+            _installed = True
 
 
 class Captured:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.buffer = io.StringIO()
+
+    def write(self, text: str) -> None:
+        self.buffer.write(text)
 
     @property
     def text(self) -> str:

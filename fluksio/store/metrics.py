@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -50,3 +50,18 @@ def read_metrics(db: Database, run_id: str) -> dict[str, list[tuple[int, float]]
         ):
             series.setdefault(name, []).append((step, value))
     return series
+
+
+def latest_metrics(db: Database, run_id: str) -> dict[str, tuple[int, float]]:
+    """Each series' newest point, ``{name: (step, value)}``: what a progress display shows."""
+    newest = (
+        select(RunMetric.name, func.max(RunMetric.step).label("step"))
+        .where(RunMetric.run_id == run_id)
+        .group_by(RunMetric.name)
+        .subquery()
+    )
+    query = select(RunMetric.name, RunMetric.step, RunMetric.value).join(
+        newest, (RunMetric.name == newest.c.name) & (RunMetric.step == newest.c.step)
+    ).where(RunMetric.run_id == run_id)
+    with db.read() as session:
+        return {name: (step, value) for name, step, value in session.execute(query)}

@@ -31,9 +31,21 @@ log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 10.0
 
 
+#: Longest a worker waits for a message before looking at whether it was told to stop, in seconds.
+#: (Celery's loop asks for 2 s, which would make every close take 2 s.)
+DRAIN_TIMEOUT_S = 0.1
+
+
 def private_memory_transport() -> type[memory.Transport]:
     channel = type("Channel", (memory.Channel,), {"queues": {}, "events": defaultdict(set)})
-    return type("Transport", (memory.Transport,), {"Channel": channel, "global_state": virtual.BrokerState()})
+
+    def drain_events(self: memory.Transport, connection: object, timeout: float | None = None) -> object:
+        return memory.Transport.drain_events(self, connection, timeout=min(timeout or DRAIN_TIMEOUT_S,
+                                                                             DRAIN_TIMEOUT_S))
+
+    return type("Transport", (memory.Transport,), {
+        "Channel": channel, "global_state": virtual.BrokerState(), "drain_events": drain_events,
+    })
 
 
 def thread_pool_for(app: Celery) -> type[ThreadTaskPool]:
@@ -65,6 +77,8 @@ class EmbeddedWorkers:
         settings = runtime.settings
         self.transport = private_memory_transport()
         overrides = {
+            # A host name, only so that kombu does not warn about its absence.
+            "broker_url": "memory://localhost/",
             "broker_transport": self.transport,
             "broker_transport_options": {"polling_interval": settings.memory_polling_interval_s},
             "worker_enable_remote_control": False,

@@ -1,0 +1,250 @@
+"""The ``fluksio`` command."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.live import Live
+
+from fluksio.cli import render
+from fluksio.cli.params import parse_grid, parse_params, parse_seeds, string_inputs
+from fluksio.client import Client, RunHandle, connect
+from fluksio.errors import FluksioError
+from fluksio.schemas import RunStatus
+from fluksio.settings import load_settings
+from fluksio.store.db import Database
+from fluksio.store.metrics import latest_metrics, read_metrics
+from fluksio.store.nodes import artifacts_of
+
+#: Exit codes: a run that did not end ``ok``, and input fluksio refused.
+EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
+#: How often the live display re-reads the run, in seconds.
+REFRESH_S = 0.2
+
+
+class FluksioGroup(click.Group):
+    """Turns a :class:`FluksioError` into one readable line and exit code 2, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except FluksioError as exc:
+            render.console(stderr=True).print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+            ctx.exit(EXIT_BAD_INPUT)
+
+
+@click.group(cls=FluksioGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="fluksio")
+def cli() -> None:
+    """Run graphs of Python functions as recorded, cached, cancellable runs."""
+
+
+def _client() -> Client:
+    return connect(load_settings())
+
+
+def _wait_live(client: Client, handle: RunHandle, total: int, timeout: float | None, quiet: bool) -> None:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    out = render.console(stderr=True)
+    try:
+        live = Live(console=out, refresh_per_second=8, transient=True)
+        show = not quiet and out.is_terminal
+        with live if show else contextlib.nullcontext():
+            while True:
+                record = client.get(handle.id)
+                if show:
+                    live.update(render.progress_line(record, total, latest_metrics(client.runtime.db, handle.id)))
+                if record.status.is_terminal():
+                    return
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"run {handle.id} still {record.status.value} after {timeout:g} s")
+                time.sleep(REFRESH_S)
+    except KeyboardInterrupt:
+        client.cancel(handle.id, "interrupted at the terminal (Ctrl-C)")
+        out.print(f"cancelling run {handle.id} …")
+        handle.wait(timeout=30)
+        raise
+
+
+def _finish(client: Client, run_id: str, as_json: bool) -> None:
+    record = client.get(run_id)
+    if as_json:
+        click.echo(record.model_dump_json(indent=2))
+    else:
+        db = client.runtime.db
+        render.console().print(render.run_summary(record, read_metrics(db, run_id), artifacts_of(db, run_id)))
+    sys.exit(0 if record.status is RunStatus.OK else EXIT_RUN_FAILED)
+
+
+def _run(flow_ref: str, params: tuple[str, ...], seed: int | None, group: str | None, no_cache: bool,
+         detach: bool, timeout: float | None, as_json: bool) -> None:
+    with _client() as client:
+        if detach and client.settings.embedded:
+            raise click.UsageError("--detach needs a shared broker (FLUKSIO_BROKER_URL); the embedded default "
+                                   "runs inside this command and stops with it")
+        flow = client.runtime.registry.resolve(flow_ref)
+        handle = client.submit(flow, parse_params(params, string_inputs(flow.inputs)), seed=seed, group=group, no_cache=no_cache)
+        if detach:
+            click.echo(handle.id)
+            return
+        if not as_json:
+            render.console(stderr=True).print(f"run [bold]{handle.id}[/bold] of flow {flow.name} submitted")
+        try:
+            _wait_live(client, handle, len(flow.nodes), timeout, quiet=as_json)
+        except KeyboardInterrupt:
+            sys.exit(EXIT_INTERRUPTED)
+        _finish(client, handle.id, as_json)
+
+
+@cli.command()
+@click.argument("flow")
+@click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="An input value; JSON when it parses (3, 0.1, [1,2]), else a string. Repeatable.")
+@click.option("--seed", type=int, help="Fills the flow's 'seed' input unless -p gives it.")
+@click.option("--group", help="Group id to file the run under.")
+@click.option("--no-cache", is_flag=True, help="Run every node even if an earlier run has its outputs.")
+@click.option("--detach", is_flag=True, help="Print the run id and return at once (distributed mode).")
+@click.option("--timeout", type=float, help="Give up waiting after this many seconds (the run goes on).")
+@click.option("--json", "as_json", is_flag=True, help="Print the finished run as JSON.")
+def run(flow: str, params: tuple[str, ...], seed: int | None, group: str | None, no_cache: bool, detach: bool,
+        timeout: float | None, as_json: bool) -> None:
+    """Run FLOW (path/file.py:attr, package.module:attr or a registered name) and wait for it.
+
+    Exits 0 only when the run ends ok.
+    """
+    _run(flow, params, seed, group, no_cache, detach, timeout, as_json)
+
+
+@cli.command()
+@click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help="Override a demo input.")
+@click.option("--seed", type=int, default=0, show_default=True)
+def demo(params: tuple[str, ...], seed: int) -> None:
+    """Train the demo model (examples/demo.py) on the embedded default."""
+    source = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
+    if not source.is_file():
+        raise click.ClickException(f"the demo flow is not at {source}; it ships with fluksio's source checkout")
+    _run(f"{source}:flow", params, seed, None, False, False, None, False)
+
+
+@cli.command()
+@click.argument("flow")
+@click.option("-g", "--grid", "grid", multiple=True, required=True, metavar="NAME=V1,V2",
+              help="Values of one input to sweep over. Repeatable: the runs are the cartesian product.")
+@click.option("--seeds", help="Seeds, comma-separated; each grid point runs once per seed.")
+@click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help="A fixed input value.")
+@click.option("--no-cache", is_flag=True)
+def sweep(flow: str, grid: tuple[str, ...], seeds: str | None, params: tuple[str, ...], no_cache: bool) -> None:
+    """Run FLOW once per combination of grid values (and seeds), as one group."""
+    with _client() as client:
+        resolved = client.runtime.registry.resolve(flow)
+        fixed = parse_params(params, string_inputs(resolved.inputs))
+        result = client.sweep(resolved, parse_grid(grid), parse_seeds(seeds), fixed, no_cache)
+        render.console(stderr=True).print(f"group [bold]{result.group_id}[/bold]: {len(result.runs)} run(s)")
+        records = result.wait()
+        latest = {r.id: {n: v for n, (_s, v) in latest_metrics(client.runtime.db, r.id).items()} for r in records}
+        render.console().print(render.runs_table(records, latest))
+        sys.exit(0 if all(r.status is RunStatus.OK for r in records) else EXIT_RUN_FAILED)
+
+
+@cli.command()
+@click.option("--flow", help="Only runs of this flow.")
+@click.option("--status", type=click.Choice([s.value for s in RunStatus]), help="Only runs in this status.")
+@click.option("--group", help="Only runs of this group (a sweep).")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def runs(flow: str | None, status: str | None, group: str | None, limit: int, as_json: bool) -> None:
+    """List runs, newest first."""
+    with _client() as client:
+        records = client.runs(flow=flow, status=status, group=group, limit=limit)
+        latest = {r.id: {n: v for n, (_s, v) in latest_metrics(client.runtime.db, r.id).items()} for r in records}
+        if as_json:
+            click.echo(json.dumps([{**json.loads(r.model_dump_json()), "metrics": latest[r.id]} for r in records],
+                                  indent=2))
+            return
+        render.console().print(render.runs_table(records, latest if group else None))
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--logs", "logs_of", metavar="NODE", help="Print the captured logs of NODE.")
+@click.option("--json", "as_json", is_flag=True)
+def show(run_id: str, logs_of: str | None, as_json: bool) -> None:
+    """Show a run: its nodes, metrics, artifacts and result."""
+    with _client() as client:
+        record = client.get(run_id)
+        if logs_of:
+            rows = [n for n in record.nodes if n.node == logs_of]
+            if not rows:
+                raise click.BadParameter(f"run {record.id} has no node {logs_of!r} "
+                                         f"(nodes: {', '.join(n.node for n in record.nodes)})", param_hint="--logs")
+            for row in rows:
+                click.echo(f"── {row.node} attempt {row.attempt} ({row.status.value}) ──")
+                click.echo(row.logs or "(no output)")
+            return
+        if as_json:
+            click.echo(record.model_dump_json(indent=2))
+            return
+        db = client.runtime.db
+        render.console().print(render.run_summary(record, read_metrics(db, record.id), artifacts_of(db, record.id)))
+
+
+@cli.command()
+@click.argument("run_id")
+def cancel(run_id: str) -> None:
+    """Cancel a run: a queued one never starts, a running one stops scheduling."""
+    with _client() as client:
+        status = client.cancel(run_id)
+        record = client.get(run_id)
+        click.echo(f"run {record.id}: {status.value}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+def placer(as_json: bool) -> None:
+    """Show the machines the placer knows, what is free, and what waits."""
+    with _client() as client:
+        snapshot = client.placement()
+    if as_json:
+        click.echo(json.dumps(snapshot, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(show_edge=False, header_style="bold", title="machines")
+    for column in ("machine", "labels", "cpus free/total", "gpus free", "ram free MB", "calls"):
+        table.add_column(column)
+    for m in snapshot["machines"]:
+        table.add_row(m["name"], ",".join(m["labels"]), f"{m['free']['cpus']}/{m['total']['cpus']}",
+                      ",".join(map(str, m["free_gpu_ids"])) or "-", str(m["free"]["ram_mb"]), str(m["calls"]))
+    render.console().print(table)
+    for w in snapshot["waiting"]:
+        click.echo(f"waiting {w['waiting_s']:.1f}s: run {w['run_id']} node {w['node']}: {w['reason']}")
+
+
+@cli.group()
+def db() -> None:
+    """The run store."""
+
+
+@db.command()
+def upgrade() -> None:
+    """Create or upgrade the run store's tables to the newest schema."""
+    settings = load_settings()
+    database = Database(settings.database_url)
+    before = database.current_revision()
+    database.upgrade()
+    click.echo(f"run store at revision {database.current_revision()} (was {before or 'empty'})")
+    database.dispose()
+
+
+def main() -> None:
+    cli(prog_name="fluksio")
+
+
+if __name__ == "__main__":
+    main()

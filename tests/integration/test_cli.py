@@ -1,0 +1,101 @@
+"""The `fluksio` command driven as a subprocess, as a user at a terminal would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+FLUKSIO = [sys.executable, "-m", "fluksio.cli.main"]
+
+
+def fluksio(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLUKSIO_")}
+    env["COLUMNS"] = "200"
+    return subprocess.run([*FLUKSIO, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_run_prints_the_result_and_exits_0_then_show_and_runs_find_it(tmp_path: Path) -> None:
+    done = fluksio("run", str(REPO / "examples/hello.py"), "-p", "name=ada", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert record["status"] == "ok" and record["result"] == {"greeting": "hello, ADA!"}
+
+    shown = fluksio("show", record["id"], cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "upper" in shown.stdout and "greet" in shown.stdout and "hello, ADA!" in shown.stdout
+
+    listed = fluksio("runs", "--json", cwd=tmp_path)
+    assert [r["id"] for r in json.loads(listed.stdout)] == [record["id"]]
+    assert (tmp_path / ".fluksio" / "fluksio.db").is_file()
+
+
+def test_a_failing_run_exits_1_and_names_the_node(tmp_path: Path) -> None:
+    (tmp_path / "failing.py").write_text(
+        "from fluksio import Flow\n"
+        "flow = Flow('failing')\n"
+        "@flow.node(provides='x')\n"
+        "def explode():\n"
+        "    raise RuntimeError('kaboom')\n"
+    )
+    done = fluksio("run", "failing.py:flow", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "explode" in done.stdout and "kaboom" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "nowhere.py"], "no flow file nowhere.py"),
+        (["run", "HELLO", "-p", "name"], "expected NAME=VALUE, got 'name'"),
+        (["run", "HELLO", "-p", "nme=x"], "'nme' is not an input of flow 'hello' (it declares: name)"),
+        (["run", "no_such_module_xyz:flow"], "no module named 'no_such_module_xyz'"),
+        (["show", "01ZZZZZZZZ"], "no run '01ZZZZZZZZ'"),
+    ],
+)
+def test_bad_input_gets_one_clear_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    args = [str(REPO / "examples/hello.py") if a == "HELLO" else a for a in args]
+    done = fluksio(*args, cwd=tmp_path)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert message in " ".join(done.stderr.split())
+    assert "Traceback" not in done.stderr
+
+
+def test_a_flow_file_that_fails_to_import_shows_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text("from fluksio import Flow\n\nimport json\nundefined_name + 1\n")
+    done = fluksio("run", "broken.py", cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"{tmp_path / 'broken.py'}:4" in done.stderr.replace("\n", "") and "NameError" in done.stderr
+
+
+def test_a_cyclic_flow_is_refused_naming_the_cycle(tmp_path: Path) -> None:
+    (tmp_path / "cycle.py").write_text(
+        "from fluksio import Flow\n"
+        "flow = Flow('cycle')\n"
+        "@flow.node(provides='a')\n"
+        "def one(b): return b\n"
+        "@flow.node(provides='b')\n"
+        "def two(a): return a\n"
+    )
+    done = fluksio("run", "cycle.py:flow", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "has a cycle" in done.stderr and "one" in done.stderr and "two" in done.stderr
+
+
+def test_demo_runs_and_show_presents_its_loss_and_model(tmp_path: Path) -> None:
+    done = fluksio("demo", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "rmse" in done.stdout and "model.json" in done.stdout
+    run_id = json.loads(fluksio("runs", "--json", cwd=tmp_path).stdout)[0]["id"]
+    shown = fluksio("show", run_id, cwd=tmp_path).stdout
+    assert "loss" in shown and "200" in shown  # 200 epochs, one loss step each
+    assert "model.json" in shown and "sha256:" in shown
+    logs = fluksio("show", run_id, "--logs", "fit", cwd=tmp_path)
+    assert "fitted w=" in logs.stdout

@@ -1,0 +1,160 @@
+"""The code digest: every .py file of a flow's folder, and nothing else."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fluksio.flows.flow import Flow
+from fluksio.flows.registry import load_flows
+from fluksio.flows.source import code_digest, source_root
+
+FLOW_FILE = """
+from fluksio import Flow
+
+flow = Flow("digested", inputs={"x": int})
+
+@flow.node(provides="y")
+def step(x):
+    return x + 1
+"""
+
+
+@pytest.fixture(autouse=True)
+def _forget_imported_flow_files():
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.startswith("fluksio_flowfile_"):
+            del sys.modules[name]
+
+
+def write(path: Path, text: str) -> None:
+    """Write and move the mtime forward, so the stat-keyed memo can never mistake it for the old file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old = path.stat().st_mtime_ns if path.exists() else 0
+    path.write_text(textwrap.dedent(text))
+    stat = path.stat()
+    if stat.st_mtime_ns <= old:
+        os.utime(path, ns=(stat.st_atime_ns, old + 1_000_000))
+
+
+@pytest.fixture
+def project(tmp_path):
+    root = tmp_path / "project"
+    write(root / "flows.py", FLOW_FILE)
+    write(root / "helpers.py", "OFFSET = 1\n")
+    [flow] = load_flows(str(root / "flows.py"))
+    return root, flow
+
+
+def test_digest_is_a_sha256_and_stable(project):
+    _, flow = project
+    digest = code_digest(flow)
+    assert digest.startswith("sha256:") and len(digest) == len("sha256:") + 64
+    assert code_digest(flow) == digest
+
+
+def test_source_root_is_the_folder_of_the_flow_file(project):
+    root, flow = project
+    assert source_root(flow) == root.resolve()
+
+
+def test_editing_the_flow_file_changes_the_digest(project):
+    root, flow = project
+    before = code_digest(flow)
+    write(root / "flows.py", FLOW_FILE.replace("x + 1", "x + 2"))
+    assert code_digest(flow) != before
+
+
+def test_editing_another_py_file_in_the_folder_changes_the_digest(project):
+    root, flow = project
+    before = code_digest(flow)
+    write(root / "helpers.py", "OFFSET = 22\n")
+    assert code_digest(flow) != before
+
+
+def test_adding_a_py_file_in_a_subfolder_changes_the_digest(project):
+    root, flow = project
+    before = code_digest(flow)
+    write(root / "lib" / "model.py", "LAYERS = 3\n")
+    assert code_digest(flow) != before
+
+
+def test_renaming_a_file_changes_the_digest(project):
+    root, flow = project
+    before = code_digest(flow)
+    (root / "helpers.py").rename(root / "utilities.py")
+    assert code_digest(flow) != before
+
+
+@pytest.mark.parametrize(
+    "relative",
+    [
+        ".hidden/secret.py",
+        ".git/hooks/pre_commit.py",
+        "__pycache__/flows.cpython-311.py",
+        "lib/__pycache__/x.py",
+        "node_modules/pkg/index.py",
+        "build/lib/copy.py",
+        "dist/copy.py",
+        "notes.txt",
+        "data.json",
+    ],
+)
+def test_files_outside_the_code_do_not_change_the_digest(project, relative):
+    root, flow = project
+    before = code_digest(flow)
+    write(root / relative, "print('not part of the code')\n")
+    assert code_digest(flow) == before
+
+
+def test_a_virtualenv_inside_the_folder_is_skipped(project):
+    root, flow = project
+    before = code_digest(flow)
+    write(root / "env" / "pyvenv.cfg", "home = /usr/bin\n")
+    write(root / "env" / "lib" / "site.py", "x = 1\n")
+    assert code_digest(flow) == before
+
+
+def test_a_flow_in_a_package_digests_the_whole_package(tmp_path):
+    top = tmp_path / "proj" / "toppkg"
+    write(top / "__init__.py", "")
+    write(top / "sub" / "__init__.py", "")
+    write(top / "sub" / "flows.py", FLOW_FILE)
+    write(top / "models.py", "A = 1\n")
+    [flow] = load_flows(str(top / "sub" / "flows.py"))
+    assert source_root(flow) == top.resolve()
+    before = code_digest(flow)
+    write(top / "models.py", "A = 2222\n")
+    assert code_digest(flow) != before
+
+
+def test_two_folders_with_the_same_files_have_the_same_digest(tmp_path):
+    flows = []
+    for name in ("one", "two"):
+        write(tmp_path / name / "flows.py", FLOW_FILE)
+        [flow] = load_flows(str(tmp_path / name / "flows.py"))
+        flows.append(flow)
+    assert code_digest(flows[0]) == code_digest(flows[1])
+
+
+def test_a_flow_without_a_file_digests_its_node_functions():
+    def build(body):
+        namespace: dict = {"Flow": Flow, "__name__": "no_file"}  # no __file__: like a REPL or notebook
+        exec(textwrap.dedent(f"""
+            flow = Flow("repl", inputs={{"x": int}})
+            def step(x):
+                return {body}
+            flow.node(step, provides="y")
+        """), namespace)
+        return namespace["flow"]
+
+    one, same, other = build("x + 1"), build("x + 1"), build("x * 3")
+    assert one.source_file is None and source_root(one) is None
+    assert code_digest(one) == code_digest(same)
+    assert code_digest(one) != code_digest(other)

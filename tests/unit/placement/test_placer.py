@@ -1,0 +1,337 @@
+"""The placer: which machine runs a call, holding its resources, and saying why a call waits."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from fluksio.placement.placer import Placer, Request, Waiting
+from fluksio.schemas import DevicePolicy, Grant, Inventory, Resources
+
+
+def machine(name, cpus=4, gpus=(), ram_mb=8000, labels=()) -> Inventory:
+    return Inventory(name=name, cpus=cpus, gpus=tuple(gpus), ram_mb=ram_mb, labels=tuple(labels))
+
+
+def req(call_id, cpus=1, gpus=0, ram_mb=0, device=None, policy=DevicePolicy.REQUIRE, run_id="run1", node=None):
+    return Request(call_id, Resources(cpus=cpus, gpus=gpus, ram_mb=ram_mb), device=device, policy=policy,
+                   run_id=run_id, node=node or call_id)
+
+
+def placer_with(*inventories, shapes=()) -> Placer:
+    placer = Placer(provisioner_shapes=shapes)
+    for inventory in inventories:
+        placer.attach(inventory)
+    return placer
+
+
+# -- device labels ---------------------------------------------------------------------------------
+
+
+def test_require_waits_for_a_labelled_worker_when_none_is_attached():
+    placer = placer_with(machine("laptop"))
+    outcome = placer.try_claim(req("c1", device="gpu"))
+    assert isinstance(outcome, Waiting)
+    assert outcome.no_machine is True
+    assert outcome.reason.startswith("waiting for a worker labelled 'gpu'")
+    assert placer.snapshot()["machines"][0]["free"]["cpus"] == 4  # nothing was held on the laptop
+
+
+def test_require_is_granted_once_a_labelled_worker_attaches():
+    placer = placer_with(machine("laptop"))
+    assert isinstance(placer.try_claim(req("c1", device="gpu", gpus=1)), Waiting)
+    placer.attach(machine("box", gpus=(0,), labels=("gpu",)))
+    grant = placer.try_claim(req("c1", device="gpu", gpus=1))
+    assert isinstance(grant, Grant)
+    assert grant.machine == "box" and grant.gpus == (0,)
+
+
+def test_a_machine_name_is_one_of_its_labels():
+    placer = placer_with(machine("laptop"), machine("box1"))
+    grant = placer.try_claim(req("c1", device="box1"))
+    assert isinstance(grant, Grant) and grant.machine == "box1"
+
+
+def test_require_never_falls_back_to_an_unlabelled_machine():
+    placer = placer_with(machine("laptop", cpus=64), machine("box", cpus=2, labels=("gpu",)))
+    placer.try_claim(req("busy", cpus=2, device="gpu"))
+    outcome = placer.try_claim(req("c1", cpus=1, device="gpu"))
+    assert isinstance(outcome, Waiting)
+    assert outcome.no_machine is False
+
+
+def test_prefer_falls_back_when_no_machine_carries_the_label():
+    placer = placer_with(machine("laptop"))
+    grant = placer.try_claim(req("c1", device="gpu", policy=DevicePolicy.PREFER))
+    assert isinstance(grant, Grant) and grant.machine == "laptop"
+
+
+def test_prefer_uses_the_labelled_machine_when_it_can_take_the_node():
+    placer = placer_with(machine("laptop"), machine("box", labels=("gpu",)))
+    grant = placer.try_claim(req("c1", device="gpu", policy=DevicePolicy.PREFER))
+    assert isinstance(grant, Grant) and grant.machine == "box"
+
+
+def test_prefer_waits_for_a_busy_labelled_machine_rather_than_falling_back():
+    placer = placer_with(machine("laptop", cpus=16), machine("box", cpus=3, labels=("gpu",)))
+    assert isinstance(placer.try_claim(req("busy", cpus=2, device="gpu")), Grant)
+    outcome = placer.try_claim(req("c1", cpus=2, device="gpu", policy=DevicePolicy.PREFER))
+    assert isinstance(outcome, Waiting)
+    assert "labelled 'gpu'" in outcome.reason
+    assert placer.snapshot()["machines"][0]["free"]["cpus"] == 16  # the laptop was not used
+
+
+def test_prefer_falls_back_when_no_labelled_machine_could_ever_take_the_node():
+    placer = placer_with(machine("laptop", cpus=16, ram_mb=64_000), machine("box", cpus=2, labels=("gpu",)))
+    grant = placer.try_claim(req("c1", cpus=8, device="gpu", policy=DevicePolicy.PREFER))
+    assert isinstance(grant, Grant)
+    assert grant.machine == "laptop"
+    assert grant.cpus == 8 and grant.clamped_from is None  # fell back, not clamped to the small box
+
+
+# -- unlabelled work -------------------------------------------------------------------------------
+
+
+def test_unlabelled_work_goes_to_machines_without_labels_first():
+    placer = placer_with(machine("a-gpu-box", cpus=32, labels=("gpu",)), machine("z-laptop", cpus=2))
+    placer.try_claim(req("first", cpus=1))
+    grant = placer.try_claim(req("second", cpus=1))
+    assert isinstance(grant, Grant)
+    assert grant.machine == "z-laptop"  # although the GPU box is idle and bigger
+
+
+def test_unlabelled_work_goes_to_the_least_loaded_machine():
+    placer = placer_with(machine("a", cpus=4), machine("b", cpus=4))
+    first = placer.try_claim(req("c1", cpus=2))
+    second = placer.try_claim(req("c2", cpus=1))
+    assert {first.machine, second.machine} == {"a", "b"}
+    third = placer.try_claim(req("c3", cpus=1))
+    assert third.machine == second.machine  # 1/4 loaded beats 2/4
+
+
+def test_unlabelled_work_uses_a_labelled_machine_when_the_others_are_full():
+    placer = placer_with(machine("box", cpus=4, labels=("gpu",)), machine("laptop", cpus=1))
+    assert placer.try_claim(req("c1")).machine == "laptop"
+    assert placer.try_claim(req("c2")).machine == "box"
+
+
+# -- busy machines and clamping --------------------------------------------------------------------
+
+
+def test_a_busy_machine_is_waited_for_with_a_reason_naming_the_resources():
+    placer = placer_with(machine("laptop", cpus=2, ram_mb=4000))
+    assert isinstance(placer.try_claim(req("c1", cpus=2)), Grant)
+    outcome = placer.try_claim(req("c2", cpus=2, ram_mb=1000))
+    assert outcome == Waiting("waiting for a worker with 2 cpu(s) and 1000 MB RAM free", no_machine=False)
+
+
+def test_a_busy_labelled_machine_reason_names_the_label_and_gpus():
+    placer = placer_with(machine("box", cpus=4, gpus=(0,), labels=("gpu",)))
+    placer.try_claim(req("c1", gpus=1, device="gpu"))
+    outcome = placer.try_claim(req("c2", gpus=1, device="gpu"))
+    assert isinstance(outcome, Waiting)
+    assert outcome.reason == "waiting for a worker labelled 'gpu' with 1 gpu(s) and 1 cpu(s) free"
+
+
+def test_a_request_larger_than_every_machine_is_clamped_and_granted():
+    placer = placer_with(machine("laptop", cpus=4, ram_mb=8000))
+    grant = placer.try_claim(req("c1", cpus=64, ram_mb=1_000_000))
+    assert isinstance(grant, Grant)
+    assert (grant.cpus, grant.ram_mb) == (4, 8000)
+    assert grant.clamped_from == Resources(cpus=64, ram_mb=1_000_000)
+
+
+def test_a_busy_machine_is_not_clamped_away():
+    placer = placer_with(machine("small", cpus=2), machine("big", cpus=8))
+    placer.try_claim(req("hog", cpus=8))  # lands on 'big' (the only one that fits)
+    outcome = placer.try_claim(req("c1", cpus=8))
+    assert isinstance(outcome, Waiting)
+    assert "8 cpu(s)" in outcome.reason
+    assert placer.try_claim(req("c2", cpus=2)).machine == "small"
+
+
+def test_clamping_for_a_label_uses_only_machines_carrying_it():
+    placer = placer_with(machine("laptop", cpus=64), machine("box", cpus=8, gpus=(0, 1), labels=("gpu",)))
+    grant = placer.try_claim(req("c1", cpus=32, gpus=1, device="gpu"))
+    assert isinstance(grant, Grant)
+    assert grant.machine == "box" and grant.cpus == 8 and len(grant.gpus) == 1
+
+
+def test_provisioner_shapes_count_so_a_request_they_fit_is_not_clamped():
+    shapes = [(Resources(cpus=64, gpus=8, ram_mb=512_000), ("gpu",))]
+    placer = placer_with(machine("box", cpus=8, gpus=(0,), labels=("gpu",)), shapes=shapes)
+    outcome = placer.try_claim(req("c1", cpus=32, gpus=4, device="gpu"))
+    assert isinstance(outcome, Waiting)
+    assert "4 gpu(s) and 32 cpu(s)" in outcome.reason
+    assert placer.snapshot()["machines"][0]["calls"] == 0
+
+
+def test_provisioner_shapes_for_another_label_do_not_count():
+    shapes = [(Resources(cpus=64), ("bigmem",))]
+    placer = placer_with(machine("box", cpus=8, labels=("gpu",)), shapes=shapes)
+    grant = placer.try_claim(req("c1", cpus=32, device="gpu"))
+    assert isinstance(grant, Grant) and grant.cpus == 8 and grant.clamped_from == Resources(cpus=32)
+
+
+def test_gpu_ids_are_never_shared_between_grants():
+    placer = placer_with(machine("box", cpus=8, gpus=(0, 1, 2, 3), labels=("gpu",)))
+    grants = [placer.try_claim(req(f"c{i}", gpus=1, device="gpu")) for i in range(4)]
+    ids = [g.gpus[0] for g in grants]
+    assert sorted(ids) == [0, 1, 2, 3]
+    assert isinstance(placer.try_claim(req("c5", gpus=1, device="gpu")), Waiting)
+
+
+def test_claiming_the_same_call_twice_returns_the_same_grant():
+    placer = placer_with(machine("laptop", cpus=2))
+    first = placer.try_claim(req("c1"))
+    again = placer.try_claim(req("c1"))
+    assert again == first
+    assert placer.snapshot()["machines"][0]["free"]["cpus"] == 1
+
+
+# -- release, listeners, detach -------------------------------------------------------------------
+
+
+def test_release_frees_the_resources_for_the_next_call():
+    placer = placer_with(machine("laptop", cpus=1))
+    grant = placer.try_claim(req("c1"))
+    assert isinstance(placer.try_claim(req("c2")), Waiting)
+    assert placer.release(grant) is True
+    assert isinstance(placer.try_claim(req("c2")), Grant)
+
+
+def test_release_is_idempotent_and_only_notifies_once():
+    placer = placer_with(machine("laptop", cpus=2))
+    calls = []
+    placer.add_listener(lambda: calls.append("woken"))
+    grant = placer.try_claim(req("c1"))
+    assert placer.release(grant) is True
+    assert placer.release(grant) is False
+    assert calls == ["woken"]
+    assert placer.snapshot()["machines"][0]["free"]["cpus"] == 2
+
+
+def test_listeners_are_called_on_attach():
+    placer = Placer()
+    calls = []
+    placer.add_listener(lambda: calls.append("attach"))
+    placer.attach(machine("laptop"))
+    assert calls == ["attach"]
+
+
+def test_removed_listeners_are_not_called():
+    placer = placer_with(machine("laptop"))
+    calls = []
+
+    def listener():
+        calls.append(1)
+
+    placer.add_listener(listener)
+    placer.remove_listener(listener)
+    placer.remove_listener(listener)  # removing twice is harmless
+    placer.release(placer.try_claim(req("c1")))
+    placer.attach(machine("other"))
+    assert calls == []
+
+
+def test_a_listener_may_claim_from_inside_the_notification():
+    placer = placer_with(machine("laptop", cpus=1))
+    first = placer.try_claim(req("c1"))
+    assert isinstance(placer.try_claim(req("c2")), Waiting)
+    outcomes = []
+    placer.add_listener(lambda: outcomes.append(placer.try_claim(req("c2"))))
+
+    releaser = threading.Thread(target=placer.release, args=(first,), daemon=True)
+    releaser.start()
+    releaser.join(timeout=5)
+    assert not releaser.is_alive(), "release deadlocked calling a listener that claims"
+    assert len(outcomes) == 1 and isinstance(outcomes[0], Grant)
+
+
+def test_release_of_a_grant_on_a_detached_machine_is_a_no_op():
+    placer = placer_with(machine("laptop"))
+    grant = placer.try_claim(req("c1"))
+    assert placer.detach("laptop") == [grant]
+    assert placer.release(grant) is False
+    assert placer.machines() == []
+
+
+def test_detach_of_an_unknown_machine_returns_nothing():
+    assert Placer().detach("ghost") == []
+
+
+def test_attaching_a_machine_twice_keeps_its_books():
+    placer = placer_with(machine("laptop", cpus=2))
+    placer.try_claim(req("c1"))
+    placer.attach(machine("laptop", cpus=2))
+    assert placer.snapshot()["machines"][0]["free"]["cpus"] == 1
+    assert [m.name for m in placer.machines()] == ["laptop"]
+
+
+# -- visibility ------------------------------------------------------------------------------------
+
+
+def test_snapshot_lists_machines_waiting_calls_and_provisioners():
+    shapes = [(Resources(cpus=32, gpus=4, ram_mb=128_000), ("gpu", "slurm"))]
+    placer = placer_with(machine("box", cpus=4, gpus=(2, 5), ram_mb=16_000, labels=("gpu",)), shapes=shapes)
+    grant = placer.try_claim(req("c1", cpus=1, gpus=1, ram_mb=1000, device="gpu"))
+    placer.try_claim(req("c2", cpus=1, gpus=2, device="gpu", run_id="r2", node="fit"))
+
+    snap = placer.snapshot()
+    assert snap["machines"] == [{
+        "name": "box",
+        "labels": ["gpu"],
+        "total": {"cpus": 4, "gpus": 2, "ram_mb": 16_000},
+        "gpu_ids": [2, 5],
+        "free": {"cpus": 3, "gpus": 1, "ram_mb": 15_000},
+        "free_gpu_ids": [gid for gid in (2, 5) if gid not in grant.gpus],
+        "calls": 1,
+    }]
+    [waiting] = snap["waiting"]
+    assert waiting["run_id"] == "r2" and waiting["node"] == "fit"
+    assert waiting["reason"] == "waiting for a worker labelled 'gpu' with 2 gpu(s) and 1 cpu(s) free"
+    assert waiting["waiting_s"] >= 0
+    assert snap["provisioners"] == [{"shape": {"cpus": 32, "gpus": 4, "ram_mb": 128_000},
+                                     "labels": ["gpu", "slurm"]}]
+
+
+def test_a_call_stops_waiting_once_granted_or_forgotten():
+    placer = placer_with(machine("laptop", cpus=4, ram_mb=1000))
+    first = placer.try_claim(req("c1", ram_mb=1000))
+    placer.try_claim(req("c2", ram_mb=1000))
+    placer.try_claim(req("c3", ram_mb=1000))
+    assert sorted(w["node"] for w in placer.snapshot()["waiting"]) == ["c2", "c3"]
+    placer.forget("c3")
+    placer.forget("never-waited")
+    placer.release(first)
+    assert isinstance(placer.try_claim(req("c2", ram_mb=1000)), Grant)
+    assert placer.snapshot()["waiting"] == []
+
+
+def test_the_waiting_reason_follows_the_latest_attempt():
+    placer = placer_with(machine("laptop", cpus=2))
+    placer.try_claim(req("c1", ram_mb=500, device="gpu"))
+    assert placer.snapshot()["waiting"][0]["reason"].startswith("waiting for a worker labelled 'gpu'")
+    placer.attach(machine("box", cpus=4, ram_mb=1000, labels=("gpu",)))
+    placer.try_claim(req("hog", ram_mb=1000, device="gpu"))
+    placer.try_claim(req("c1", ram_mb=500, device="gpu"))
+    reasons = {w["node"]: w["reason"] for w in placer.snapshot()["waiting"]}
+    assert reasons == {"c1": "waiting for a worker labelled 'gpu' with 1 cpu(s) and 500 MB RAM free"}
+
+
+@pytest.mark.xfail(strict=True, reason="with no machine attached, an unlabelled call waits 'for a worker labelled None'")
+def test_an_unlabelled_call_with_no_machine_at_all_has_a_readable_reason():
+    outcome = Placer().try_claim(req("c1"))
+    assert isinstance(outcome, Waiting) and outcome.no_machine is True
+    assert "None" not in outcome.reason
+
+
+@pytest.mark.xfail(strict=True, reason="snapshot() raises ValidationError when a machine has all its cpus granted: "
+                                       "MachineBooks.free() builds Resources(cpus=0) but Resources.cpus is ge=1")
+def test_snapshot_of_a_fully_busy_machine_shows_zero_free_cpus():
+    placer = placer_with(machine("laptop", cpus=1))
+    assert isinstance(placer.try_claim(req("c1")), Grant)
+    snap = placer.snapshot()
+    assert snap["machines"][0]["free"]["cpus"] == 0
+    assert snap["machines"][0]["calls"] == 1

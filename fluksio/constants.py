@@ -8,3 +8,24 @@ CALL_TASK = "fluksio.call"
 DRIVERS_QUEUE = "drivers"
 #: The label of the queue for nodes that ask for no device: ``default@<machine>``.
 DEFAULT_LABEL = "default"
+
+#: Every Redis key fluksio writes starts with this, so an installation can share a Redis database.
+KEY_PREFIX = "fluksio:"
+#: SET of attached machine names.
+MACHINES_KEY = KEY_PREFIX + "machines"
+#: HASH of a machine's inventory and free resources: ``MACHINE_KEY + name``.
+MACHINE_KEY = KEY_PREFIX + "machine:"
+#: HASH grant id → grant, per machine: ``GRANTS_KEY + name``.
+GRANTS_KEY = KEY_PREFIX + "grants:"
+#: A machine's heartbeat; it expires when the worker stops refreshing it: ``HEARTBEAT_KEY + name``.
+HEARTBEAT_KEY = KEY_PREFIX + "heartbeat:"
+#: HASH call id → why it waits.
+WAITING_KEY = KEY_PREFIX + "waiting"
+#: Pub/sub channel announcing every give-back and attach, so waiting drivers wake.
+CHANGES_CHANNEL = KEY_PREFIX + "placer-changes"
+#: LIST of messages for a run's driver: ``INBOX_KEY + run_id``.
+INBOX_KEY = KEY_PREFIX + "inbox:"
+#: A dispatched call's state (dispatched → running), deleted when settled: ``CALL_KEY + call_id``.
+CALL_KEY = KEY_PREFIX + "call:"
+#: Pub/sub channel of run and node events.
+EVENTS_CHANNEL = KEY_PREFIX + "events"

@@ -14,8 +14,7 @@ class Resources(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    #: At least one: every call occupies one of its worker's pool slots.
-    cpus: int = Field(default=1, ge=1)
+    cpus: int = Field(default=1, ge=0)
     gpus: int = Field(default=0, ge=0)
     ram_mb: int = Field(default=0, ge=0)
 
@@ -56,6 +55,8 @@ class Grant(BaseModel):
     ram_mb: int = 0
     #: Set when the request was larger than any machine and was cut down to fit.
     clamped_from: Resources | None = None
+    #: Which start of the machine granted it: a machine that restarted has lost its calls.
+    incarnation: str | None = None
 
 
 class DevicePolicy(str, Enum):

@@ -8,14 +8,16 @@ setting is an error, not a silent default.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -41,13 +43,13 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///.fluksio/fluksio.db"
     artifacts_dir: Path = Path(".fluksio/artifacts")
     #: Modules or ``file.py`` paths whose flows are registered (comma-separated in the environment).
-    flows: list[str] = Field(default_factory=list)
+    flows: Annotated[list[str], NoDecode] = Field(default_factory=list)
     provisioners: Path | None = None
 
     #: Name of this machine in the placer's books (default: the host name).
     machine_name: str | None = None
     #: Labels the embedded machine carries besides its name.
-    labels: list[str] = Field(default_factory=list)
+    labels: Annotated[list[str], NoDecode] = Field(default_factory=list)
     #: CPUs the embedded machine offers (default: the host's count).
     cpus: int | None = Field(default=None, ge=1)
     #: RAM the embedded machine offers, in MB (default: the host's).
@@ -59,6 +61,10 @@ class Settings(BaseSettings):
     lease_interval_s: float = Field(default=5.0, gt=0)
     #: A lease older than this means the driver died, in seconds.
     stale_after_s: float = Field(default=60.0, gt=0)
+    #: How often a worker refreshes its heartbeat, in seconds.
+    heartbeat_interval_s: float = Field(default=2.0, gt=0)
+    #: A machine whose heartbeat is older than this is gone (its calls are lost), in seconds.
+    heartbeat_ttl_s: float = Field(default=10.0, gt=0)
     #: Idle poll of kombu's memory transport, in seconds (its default, 1 s, costs a second per hop).
     memory_polling_interval_s: float = Field(default=0.001, gt=0)
     #: Captured logs kept per node call, in characters.
@@ -68,6 +74,8 @@ class Settings(BaseSettings):
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                return json.loads(value)  # a JSON list, as pydantic-settings would read it
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
@@ -119,10 +127,21 @@ def _complain_about_unknown_env() -> None:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***``, safe for logs and tables."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    """The URL with any password replaced by ``***``, safe for logs, tables and error messages.
+
+    Also for URLs too mistyped to parse: whatever stands between a ``:`` and the last ``@`` is hidden.
+    """
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        parts, password = None, None
+    if parts is not None and password is not None:
+        host = parts.netloc.rsplit("@", 1)[1]
+        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    if "@" in url:
+        head, tail = url.rsplit("@", 1)
+        colon = head.rfind(":")
+        if colon != -1 and colon + 1 < len(head) and not head[colon + 1:].startswith("//"):
+            return f"{head[:colon + 1]}***@{tail}"
+    return url

@@ -20,13 +20,13 @@ if TYPE_CHECKING:
     from fluksio.artifacts.store import ArtifactStore
 
 #: The only digest form accepted anywhere; checked before a digest touches a path.
-DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")
+DIGEST_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
 #: Key of the JSON object that stands for an artifact inside a message.
 REF_KEY = "$artifact"
 
 
 def validate_digest(digest: Any) -> str:
-    if not isinstance(digest, str) or not DIGEST_PATTERN.match(digest):
+    if not isinstance(digest, str) or not DIGEST_PATTERN.fullmatch(digest):
         raise ArtifactError(
             f"{digest!r} is not an artifact digest; expected 'sha256:' followed by 64 lowercase hex characters"
         )

@@ -23,7 +23,7 @@ from fluksio.flows.source import code_digest
 from fluksio.placement.placer import Request, Waiting
 from fluksio.runs.inbox import CANCEL, DONE
 from fluksio.runs.runtime import Runtime
-from fluksio.schemas import Grant, NodeStatus, RunStatus
+from fluksio.schemas import DevicePolicy, Grant, NodeStatus, RunStatus
 from fluksio.store import runs as run_rows
 from fluksio.store.models import RunArtifact, RunNode
 from fluksio.store.nodes import record_node
@@ -58,9 +58,46 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke) -> 
     except FluksioError as exc:
         run_rows.transition(db, run_id, RunStatus.ERROR, status_reason=str(exc), finished_at=run_rows.utcnow())
         return
+    if not _wait_for_labels(runtime, run_id, flow):
+        return  # cancelled (or claimed elsewhere) while it waited
     if not run_rows.claim(db, run_id, digest):
         return  # another driver won the claim, or the run was cancelled while queued
+    runtime.events.publish("run_started", run_id=run_id, flow=flow.name)
     Driver(runtime, run_id, run.params or {}, flow, dispatch, revoke).run()
+
+
+def missing_labels(runtime: Runtime, flow: Flow) -> list[str]:
+    """Labels that ``require`` nodes ask for and no live machine carries."""
+    wanted = {n.device for n in flow.nodes.values() if n.device and n.device_policy is DevicePolicy.REQUIRE}
+    carried = {label for m in runtime.placer.machines() for label in (m.name, *m.labels)}
+    return sorted(wanted - carried)
+
+
+def _wait_for_labels(runtime: Runtime, run_id: str, flow: Flow) -> bool:
+    """Keep the run ``queued`` (saying why) until every label it requires is carried by some machine.
+
+    Returns ``False`` when the run stopped being queued meanwhile (cancelled, or claimed elsewhere).
+    """
+    missing = missing_labels(runtime, flow)
+    if not missing:
+        return True
+    wake = lambda: runtime.inbox.wake(run_id)  # noqa: E731
+    runtime.placer.add_listener(wake)
+    try:
+        said = None
+        while missing:
+            reason = "Waiting for a worker labelled " + " and ".join(repr(label) for label in missing)
+            if reason != said:
+                run_rows.set_reason(runtime.db, run_id, reason)
+                runtime.events.publish("run_queued", run_id=run_id, flow=flow.name, reason=reason)
+                said = reason
+            runtime.inbox.pop(run_id, timeout=runtime.settings.lease_interval_s)
+            if run_rows.get_run(runtime.db, run_id).status != RunStatus.QUEUED.value:
+                return False
+            missing = missing_labels(runtime, flow)
+        return True
+    finally:
+        runtime.placer.remove_listener(wake)
 
 
 class Driver:
@@ -81,7 +118,10 @@ class Driver:
         self._reason: str | None = None
 
     def run(self) -> None:
-        wake = lambda: self.rt.inbox.wake(self.run_id)  # noqa: E731
+        def wake() -> None:
+            if self.waiting:  # only a driver with nodes waiting for resources cares
+                self.rt.inbox.wake(self.run_id)
+
         self.rt.placer.add_listener(wake)
         try:
             self._loop()
@@ -98,16 +138,22 @@ class Driver:
     # -- the loop -------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        interval = self.rt.settings.lease_interval_s
-        next_lease = time.monotonic() + interval
+        settings = self.rt.settings
+        next_lease = time.monotonic() + settings.lease_interval_s
+        next_check = time.monotonic() + settings.heartbeat_interval_s
         while True:
             if not self.cancelled:
                 self._schedule()
             if self.cancelled or (not self.walk.running() and not self.walk.ready()):
                 return
-            message = self.rt.inbox.pop(self.run_id, timeout=max(0.0, next_lease - time.monotonic()))
-            if time.monotonic() >= next_lease:
-                next_lease = time.monotonic() + interval
+            timeout = max(0.0, min(next_lease, next_check) - time.monotonic())
+            message = self.rt.inbox.pop(self.run_id, timeout=timeout)
+            now = time.monotonic()
+            if now >= next_check:
+                next_check = now + settings.heartbeat_interval_s
+                self._check_machines()
+            if now >= next_lease:
+                next_lease = now + settings.lease_interval_s
                 if run_rows.refresh_lease(self.rt.db, self.run_id):
                     self._cancel()
                     continue
@@ -129,6 +175,8 @@ class Driver:
                 Request(call_id, spec.resources, spec.device, spec.device_policy, self.run_id, node)
             )
             if isinstance(outcome, Waiting):
+                if self.waiting.get(node) != outcome.reason:
+                    self.rt.events.publish("node_queued", run_id=self.run_id, node=node, reason=outcome.reason)
                 self.waiting[node] = outcome.reason
                 continue
             self.waiting.pop(node, None)
@@ -152,9 +200,11 @@ class Driver:
         self.walk.start(node)
         self.in_flight[call_id] = (node, grant)
         try:
+            self.rt.ledger.dispatched(call_id)
             self.dispatch(call, queue_for(spec.device, grant, labels), f"{self.flow.name}.{node}")
         except Exception as exc:
             del self.in_flight[call_id]
+            self.rt.ledger.settle(call_id)
             self.rt.placer.release(grant)
             now = run_rows.utcnow().isoformat()
             self._completed({"kind": DONE, "call_id": call_id, "node": node, "attempt": call["attempt"],
@@ -181,6 +231,7 @@ class Driver:
             if entry is None:
                 log.info("run %s: dropping a completion for %s, which is already settled", self.run_id, call_id)
                 return
+            self.rt.ledger.settle(call_id)
         node = message["node"]
         spec = self.flow.nodes[node]
         ok = message.get("status") == "ok"
@@ -203,6 +254,8 @@ class Driver:
             for a in (message.get("artifacts") or [])
         ] if ok else []
         record_node(self.rt.db, row, artifacts)
+        self.rt.events.publish("node_finished", run_id=self.run_id, node=node, status=row.status,
+                               machine=row.machine, attempt=row.attempt, error=row.error)
         if ok:
             self.walk.complete(node, message.get("outputs") or {})
             return
@@ -213,6 +266,19 @@ class Driver:
             return
         for skipped in self.walk.fail(node):
             self._record_bare(skipped, NodeStatus.SKIPPED, f"skipped: upstream node {node!r} failed")
+
+    def _check_machines(self) -> None:
+        """A call whose machine died (or restarted) will never report: settle it as lost."""
+        for call_id, (node, grant) in list(self.in_flight.items()):
+            if not self.rt.placer.lost(grant):
+                continue
+            log.warning("run %s: machine %s was lost while running %s", self.run_id, grant.machine, node)
+            self.rt.placer.release(grant)
+            now = run_rows.utcnow().isoformat()
+            self._completed({"kind": DONE, "call_id": call_id, "node": node,
+                             "attempt": self.attempts.get(node, 1), "status": "error", "machine": grant.machine,
+                             "gpus": list(grant.gpus), "started_at": None, "finished_at": now,
+                             "error": f"machine {grant.machine} was lost while running the call"})
 
     def _record_bare(self, node: str, status: NodeStatus, error: str | None, grant: Grant | None = None) -> None:
         now = run_rows.utcnow()
@@ -231,6 +297,7 @@ class Driver:
         for node in self.walk.cancel_pending():
             self._record_bare(node, NodeStatus.CANCELLED, "cancelled before it started")
         for call_id, (node, grant) in list(self.in_flight.items()):
+            self.rt.ledger.settle(call_id)
             self.revoke(call_id)
             # The call is killed (or never starts): its resources are free now.
             self.rt.placer.release(grant)
@@ -240,19 +307,23 @@ class Driver:
 
     def _finish(self) -> None:
         result = self.walk.result()
+        reason = None
         if self.cancelled:
-            run_rows.finish(self.rt.db, self.run_id, RunStatus.CANCELLED, "cancelled by request", result)
+            status, reason = RunStatus.CANCELLED, "cancelled by request"
         elif failed := self.walk.failed():
             details = "; ".join(f"{n}: {self.errors.get(n, 'failed').splitlines()[0]}" for n in failed)
             skipped = [n for n, s in self.walk.state.items() if s is NodeState.SKIPPED]
             tail = f" ({len(skipped)} downstream node(s) skipped: {', '.join(skipped)})" if skipped else ""
-            run_rows.finish(self.rt.db, self.run_id, RunStatus.ERROR,
-                            f"node(s) {', '.join(failed)} failed — {details}{tail}", result)
+            status, reason = RunStatus.ERROR, f"node(s) {', '.join(failed)} failed — {details}{tail}"
         else:
-            run_rows.finish(self.rt.db, self.run_id, RunStatus.OK, None, result)
+            status = RunStatus.OK
+        run_rows.finish(self.rt.db, self.run_id, status, reason, result)
+        self.rt.events.publish("run_finished", run_id=self.run_id, flow=self.flow.name, status=status.value,
+                               reason=reason)
 
     def _abort(self, reason: str) -> None:
         for call_id, (_node, grant) in list(self.in_flight.items()):
+            self.rt.ledger.settle(call_id)
             self.revoke(call_id)
             self.rt.placer.release(grant)
         try:

@@ -29,7 +29,13 @@ log = logging.getLogger(__name__)
 def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
     """Run the call described by ``call`` (see the driver's dispatch) and push its completion."""
     grant = Grant.model_validate(call["grant"])
+    if not runtime.ledger.start(call["call_id"]):
+        # A redelivery of a call its driver has already settled (retried elsewhere, cancelled).
+        log.warning("dropping call %s: it is already settled or running elsewhere", call["call_id"])
+        return
     started = datetime.now(timezone.utc)
+    runtime.events.publish("node_started", run_id=call["run_id"], node=call["node"], machine=grant.machine,
+                           gpus=list(grant.gpus), attempt=call["attempt"])
     completion: dict[str, Any] = {
         "kind": DONE, "call_id": call["call_id"], "node": call["node"], "attempt": call["attempt"],
         "machine": grant.machine, "gpus": list(grant.gpus), "started_at": started.isoformat(),

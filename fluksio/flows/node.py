@@ -108,6 +108,9 @@ def make_node(
         res = resources if isinstance(resources, Resources) else Resources(**(resources or {}))
     except (ValidationError, TypeError) as exc:
         raise FlowError(f"{where}: invalid resources: {exc}") from None
+    if res.cpus < 1:
+        # Every call occupies one slot of its worker's pool, and slots are counted in cpus.
+        raise FlowError(f"{where}: resources must ask for at least 1 cpu, got {res.cpus}")
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise FlowError(f"{where}: retries must be a whole number ≥ 0, got {retries!r}")
     if timeout_s is not None and (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0):

@@ -19,7 +19,7 @@ SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "venv"
 #: A tree larger than this is not walked past this many files (a flow in $HOME, say).
 MAX_FILES = 5_000
 
-_memo: dict[str, tuple[tuple[int, int, int], str]] = {}
+_memo: dict[str, tuple[tuple[int, int, int, int], str]] = {}
 _memo_lock = threading.Lock()
 
 
@@ -73,7 +73,8 @@ def _file_digest(path: str) -> str:
         stat = os.stat(path)
     except OSError:
         return "missing"
-    key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+    # ctime too: an edit that keeps size and mtime (or restores the mtime) still changes ctime.
+    key = (stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size, stat.st_ino)
     with _memo_lock:
         cached = _memo.get(path)
     if cached and cached[0] == key:

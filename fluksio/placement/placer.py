@@ -2,7 +2,8 @@
 
 ``try_claim`` never blocks: it grants now or says why the call waits. Whoever
 waits registers a listener, called (outside every lock) whenever resources are
-given back or a machine attaches, so waiting wakes on events, not on a timer.
+given back or a machine attaches — in any process, when the books are shared —
+so waiting wakes on events, not on a timer.
 """
 
 from __future__ import annotations
@@ -10,12 +11,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from fluksio.placement.books import MachineBooks
+from fluksio.placement.backend import Books, MachineView, WaitingCall
 from fluksio.placement.clamp import clamp
+from fluksio.placement.memory import MemoryBooks
 from fluksio.schemas import DevicePolicy, Grant, Inventory, Resources
+
+#: Attempts at taking resources when another driver wins the race for the machine that was free.
+TAKE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -39,95 +44,93 @@ class Waiting:
     no_machine: bool = False
 
 
-@dataclass
-class _Waiter:
-    request: Request
-    reason: str
-    since: float = field(default_factory=time.time)
-
-
 class Placer:
-    """Placement over in-process books (the embedded default and unit tests)."""
-
-    def __init__(self, provisioner_shapes: Sequence[tuple[Resources, tuple[str, ...]]] = ()) -> None:
-        self._books: dict[str, MachineBooks] = {}
-        self._lock = threading.Lock()
-        self._listeners: list[Callable[[], None]] = []
-        self._waiting: dict[str, _Waiter] = {}
+    def __init__(self, books: Books | None = None,
+                 provisioner_shapes: Sequence[tuple[Resources, tuple[str, ...]]] = ()) -> None:
+        self.books = books if books is not None else MemoryBooks()
         #: Shapes a provisioner could start, with their labels: they count when clamping.
         self.provisioner_shapes = list(provisioner_shapes)
+        self._listeners: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self.books.on_change(self._notify)
 
     # -- machines -------------------------------------------------------------------------------
 
     def attach(self, inventory: Inventory) -> None:
-        with self._lock:
-            if inventory.name not in self._books:
-                self._books[inventory.name] = MachineBooks(inventory)
-        self._notify()
+        self.books.attach(inventory)
 
     def detach(self, name: str) -> list[Grant]:
         """Forget a machine; returns the grants it held (their calls are lost)."""
-        with self._lock:
-            books = self._books.pop(name, None)
-        return list(books.grants.values()) if books else []
+        return self.books.detach(name)
 
     def machines(self) -> list[Inventory]:
-        with self._lock:
-            return [b.inventory for b in self._books.values()]
+        return [view.inventory for view in self.books.machines()]
+
+    def carries(self, label: str) -> bool:
+        """Whether any live machine carries ``label`` now."""
+        return any(view.inventory.carries(label) for view in self.books.machines())
 
     # -- claims ---------------------------------------------------------------------------------
 
     def try_claim(self, request: Request) -> Grant | Waiting:
-        with self._lock:
-            outcome = self._place(request)
-            if isinstance(outcome, Waiting):
-                self._waiting[request.call_id] = _Waiter(request, outcome.reason,
-                                                         self._waiting.get(request.call_id, _Waiter(request, "")).since)
-            else:
-                self._waiting.pop(request.call_id, None)
-            return outcome
+        outcome: Grant | Waiting = Waiting("no machine attached", no_machine=True)
+        for _ in range(TAKE_ATTEMPTS):
+            outcome = self._place(request, self.books.machines())
+            if not isinstance(outcome, _Raced):
+                break
+        if isinstance(outcome, _Raced):
+            outcome = Waiting(outcome.reason)
+        if isinstance(outcome, Waiting):
+            self.books.note_waiting(WaitingCall(request.call_id, request.run_id, request.node, outcome.reason,
+                                                time.time()))
+        else:
+            self.books.forget_waiting(request.call_id)
+        return outcome
 
     def forget(self, call_id: str) -> None:
-        """Stop listing a call as waiting (its run ended or it was placed elsewhere)."""
-        with self._lock:
-            self._waiting.pop(call_id, None)
+        """Stop listing a call as waiting (its run ended or it was placed)."""
+        self.books.forget_waiting(call_id)
 
     def release(self, grant: Grant) -> bool:
-        with self._lock:
-            books = self._books.get(grant.machine)
-            returned = books.give(grant.id) if books else False
-        if returned:
-            self._notify()
-        return returned
+        return self.books.give(grant)
 
-    def _place(self, request: Request) -> Grant | Waiting:
-        candidates = self._candidates(request)
+    def lost(self, grant: Grant) -> bool:
+        return self.books.lost(grant)
+
+    def _place(self, request: Request, views: list[MachineView]) -> Grant | Waiting:
+        candidates = self._candidates(request, views)
         if not candidates:
+            if request.device is None:
+                return Waiting("waiting for a worker to attach", no_machine=True)
             return Waiting(f"waiting for a worker labelled {request.device!r}", no_machine=True)
-        shapes = [_shape(b.inventory) for b in candidates] + [
+        shapes = [view.total for view in candidates] + [
             shape for shape, labels in self.provisioner_shapes
             if request.device is None or request.device in labels
         ]
         wanted, warning = clamp(request.resources, shapes)
         clamped_from = request.resources if warning else None
-        for books in candidates:
-            if books.could_ever_fit(wanted):
-                grant = books.take(wanted, request.call_id, clamped_from)
+        label = f"labelled {request.device!r} " if request.device else ""
+        reason = f"waiting for a worker {label}with {wanted.describe()} free"
+        raced = False
+        for view in candidates:
+            if view.could_ever_fit(wanted) and view.fits_now(wanted):
+                grant = self.books.take(view.inventory.name, wanted, request.call_id, clamped_from)
                 if grant is not None:
                     return grant
-        label = f"labelled {request.device!r} " if request.device else ""
-        return Waiting(f"waiting for a worker {label}with {wanted.describe()} free")
+                raced = True  # another driver took it between our look and our take
+        return _Raced(reason) if raced else Waiting(reason)
 
-    def _candidates(self, request: Request) -> list[MachineBooks]:
-        machines = list(self._books.values())
+    @staticmethod
+    def _candidates(request: Request, views: list[MachineView]) -> list[MachineView]:
         if request.device is None:
             # Keep labelled machines (GPU boxes) free for labelled work: unlabelled first, then least loaded.
-            return sorted(machines, key=lambda b: (bool(b.inventory.labels), b.load, b.inventory.name))
-        labelled = [b for b in machines if b.inventory.carries(request.device)]
-        if request.policy is DevicePolicy.PREFER and not any(b.could_ever_fit(request.resources) for b in labelled):
-            others = sorted((b for b in machines if b not in labelled), key=lambda b: (b.load, b.inventory.name))
-            return sorted(labelled, key=lambda b: b.load) + others
-        return sorted(labelled, key=lambda b: (b.load, b.inventory.name))
+            return sorted(views, key=lambda v: (bool(v.inventory.labels), v.load, v.inventory.name))
+        labelled = [v for v in views if v.inventory.carries(request.device)]
+        ordered = sorted(labelled, key=lambda v: (v.load, v.inventory.name))
+        if request.policy is DevicePolicy.PREFER and not any(v.could_ever_fit(request.resources) for v in labelled):
+            others = [v for v in views if not v.inventory.carries(request.device)]
+            return ordered + sorted(others, key=lambda v: (v.load, v.inventory.name))
+        return ordered
 
     # -- waking ---------------------------------------------------------------------------------
 
@@ -141,37 +144,38 @@ class Placer:
                 self._listeners.remove(listener)
 
     def _notify(self) -> None:
-        # Called with no lock held: a listener may call straight back into try_claim.
         with self._lock:
             listeners = list(self._listeners)
-        for listener in listeners:
+        for listener in listeners:  # no lock held: a listener may call straight back into try_claim
             listener()
 
     # -- visibility -----------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
         now = time.time()
-        with self._lock:
-            machines = [
+        return {
+            "machines": [
                 {
-                    "name": b.inventory.name,
-                    "labels": list(b.inventory.labels),
-                    "total": _shape(b.inventory).model_dump(),
-                    "gpu_ids": list(b.inventory.gpus),
-                    "free": b.free().model_dump(),
-                    "free_gpu_ids": list(b.free_gpus),
-                    "calls": len(b.grants),
+                    "name": v.inventory.name,
+                    "labels": list(v.inventory.labels),
+                    "total": v.total.model_dump(),
+                    "gpu_ids": list(v.inventory.gpus),
+                    "free": v.free.model_dump(),
+                    "free_gpu_ids": list(v.free_gpus),
+                    "calls": v.calls,
+                    "heartbeat_age_s": None if v.heartbeat_age_s is None else round(v.heartbeat_age_s, 1),
                 }
-                for b in self._books.values()
-            ]
-            waiting = [
-                {"run_id": w.request.run_id, "node": w.request.node, "reason": w.reason,
-                 "waiting_s": round(now - w.since, 3)}
-                for w in self._waiting.values()
-            ]
-        return {"machines": machines, "waiting": waiting,
-                "provisioners": [{"shape": s.model_dump(), "labels": list(l)} for s, l in self.provisioner_shapes]}
+                for v in sorted(self.books.machines(), key=lambda v: v.inventory.name)
+            ],
+            "waiting": [
+                {"run_id": w.run_id, "node": w.node, "reason": w.reason, "waiting_s": round(now - w.since, 1)}
+                for w in sorted(self.books.waiting(), key=lambda w: w.since)
+            ],
+            "provisioners": [{"shape": s.model_dump(), "labels": list(labels)}
+                             for s, labels in self.provisioner_shapes],
+        }
 
 
-def _shape(inventory: Inventory) -> Resources:
-    return Resources(cpus=inventory.cpus, gpus=len(inventory.gpus), ram_mb=inventory.ram_mb)
+@dataclass(frozen=True)
+class _Raced:
+    reason: str

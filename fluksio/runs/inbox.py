@@ -7,10 +7,13 @@ pushed while its driver is busy is not lost.
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from abc import ABC, abstractmethod
 from typing import Any
+
+from fluksio.constants import INBOX_KEY
 
 #: Message kinds.
 DONE, WAKE, CANCEL = "done", "wake", "cancel"
@@ -58,3 +61,33 @@ class MemoryInbox(Inbox):
     def close(self, run_id: str) -> None:
         with self._lock:
             self._queues.pop(run_id, None)
+
+
+class RedisInbox(Inbox):
+    """Inboxes as Redis lists: a completion pushed by a worker on any host waits there for its driver."""
+
+    #: An inbox nobody drains (its driver died and the run was never resumed) expires, in seconds.
+    TTL_S = 7 * 24 * 3600
+
+    def __init__(self, client: Any) -> None:
+        self.redis = client
+
+    def push(self, run_id: str, message: dict[str, Any]) -> None:
+        key = INBOX_KEY + run_id
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.rpush(key, json.dumps(message))
+        pipe.expire(key, self.TTL_S)
+        pipe.execute()
+
+    def pop(self, run_id: str, timeout: float) -> dict[str, Any] | None:
+        key = INBOX_KEY + run_id
+        if timeout <= 0:
+            raw = self.redis.lpop(key)
+        else:
+            # BLPOP's timeout is in seconds; Redis ≥ 6 takes fractions. 0 would mean "forever".
+            reply = self.redis.blpop([key], timeout=max(timeout, 0.001))
+            raw = reply[1] if reply else None
+        return json.loads(raw) if raw is not None else None
+
+    def close(self, run_id: str) -> None:
+        self.redis.delete(INBOX_KEY + run_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from dataclasses import dataclass, field
@@ -10,10 +11,14 @@ from fluksio.artifacts.local import LocalArtifactStore
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.flows.registry import FlowRegistry
 from fluksio.placement.placer import Placer
-from fluksio.runs.inbox import Inbox, MemoryInbox
+from fluksio.runs.events import Events, MemoryEvents, RedisEvents
+from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
+from fluksio.runs.ledger import CallLedger, MemoryLedger, RedisLedger
 from fluksio.schemas import Inventory
 from fluksio.settings import Settings
 from fluksio.store.db import Database
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -24,24 +29,53 @@ class Runtime:
     registry: FlowRegistry
     placer: Placer
     inbox: Inbox
+    ledger: CallLedger
+    events: Events
     #: The machine this process's node worker is, if it runs one.
     machine: str = field(default_factory=socket.gethostname)
+    #: The Redis client of the distributed mode (``None`` when embedded).
+    redis: object | None = None
 
     @classmethod
     def embedded(cls, settings: Settings) -> Runtime:
-        """Everything in this process: SQLite (or the configured DB), local artifacts, in-memory books."""
-        db = Database(settings.database_url)
-        db.upgrade()
-        registry = FlowRegistry()
-        registry.load_sources(settings.flows)
+        """Everything in this process: the run store, local artifacts, in-memory books and inboxes."""
+        db = _database(settings)
+        machine = settings.machine_name or socket.gethostname()
         runtime = cls(settings=settings, db=db, artifacts=LocalArtifactStore(settings.artifacts_dir),
-                      registry=registry, placer=Placer(), inbox=MemoryInbox(),
-                      machine=settings.machine_name or socket.gethostname())
-        runtime.placer.attach(local_inventory(settings, runtime.machine))
+                      registry=_registry(settings), placer=Placer(), inbox=MemoryInbox(), ledger=MemoryLedger(),
+                      events=MemoryEvents(), machine=machine)
+        runtime.placer.attach(local_inventory(settings, machine))
         return runtime
 
+    @classmethod
+    def distributed(cls, settings: Settings, machine: str | None = None) -> Runtime:
+        """Books, inboxes, the call ledger and events in the broker's Redis; shared by every host."""
+        import redis
+
+        from fluksio.placement.redis import RedisBooks
+
+        client = redis.Redis.from_url(settings.broker_url, socket_keepalive=True, health_check_interval=30)
+        books = RedisBooks(client, settings.heartbeat_ttl_s)
+        return cls(settings=settings, db=_database(settings), artifacts=LocalArtifactStore(settings.artifacts_dir),
+                   registry=_registry(settings), placer=Placer(books), inbox=RedisInbox(client),
+                   ledger=RedisLedger(client), events=RedisEvents(client),
+                   machine=machine or settings.machine_name or socket.gethostname(), redis=client)
+
     def close(self) -> None:
+        self.placer.books.close()
         self.db.dispose()
+
+
+def _database(settings: Settings) -> Database:
+    db = Database(settings.database_url)
+    db.upgrade()
+    return db
+
+
+def _registry(settings: Settings) -> FlowRegistry:
+    registry = FlowRegistry()
+    registry.load_sources(settings.flows)
+    return registry
 
 
 def local_inventory(settings: Settings, name: str) -> Inventory:

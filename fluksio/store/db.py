@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fluksio.errors import ConfigError
@@ -109,13 +109,20 @@ class Database:
     def upgrade(self) -> None:
         """Bring the schema to the newest migration (a no-op when it is there already)."""
         with _upgrade_lock:
-            if self.current_revision() == self.head_revision():
+            head = self.head_revision()
+            if self.current_revision() == head:
                 return
             config = self.alembic_config()
-            with self.write_engine.connect() as connection:
-                config.attributes["connection"] = connection
-                command.upgrade(config, "head")
-                connection.commit()
+            try:
+                with self.write_engine.connect() as connection:
+                    config.attributes["connection"] = connection
+                    command.upgrade(config, "head")
+                    connection.commit()
+            except DBAPIError:
+                # Several processes of one installation may start at once: if another one
+                # finished the upgrade while ours failed on its tables, all is well.
+                if self.current_revision() != head:
+                    raise
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -115,7 +115,9 @@ def get_run(db: Database, run_id: str) -> Run:
         if run is not None:
             return run
         if len(run_id) >= 4:
-            matches = session.scalars(select(Run).where(Run.id.like(f"{run_id.upper()}%")).limit(2)).all()
+            matches = session.scalars(
+                select(Run).where(Run.id.startswith(run_id.upper(), autoescape=True)).limit(2)
+            ).all()
             if len(matches) == 1:
                 return matches[0]
             if len(matches) > 1:

@@ -114,8 +114,6 @@ def test_taking_the_same_grant_id_twice_charges_once():
     assert b.free_cpus == 6
 
 
-@pytest.mark.xfail(strict=True, reason="MachineBooks.free() builds Resources(cpus=free_cpus), but Resources.cpus is "
-                                       "ge=1, so a machine with every cpu granted raises ValidationError")
 def test_free_of_a_fully_busy_machine_reports_zero_cpus():
     b = books(cpus=2)
     b.take(Resources(cpus=2), "a")

@@ -1,0 +1,334 @@
+"""The run store on a SQLite file: schema, status transitions, lookups, idempotency and metrics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import event, inspect, select
+
+from fluksio.errors import ConfigError, RunNotFound
+from fluksio.schemas import RunStatus
+from fluksio.store.db import Database
+from fluksio.store.ids import new_run_id
+from fluksio.store.metrics import ROWS_PER_STATEMENT, read_metrics, upsert_metrics
+from fluksio.store.models import Base, Run
+from fluksio.store.runs import (
+    claim,
+    finish,
+    get_run,
+    insert_run,
+    refresh_lease,
+    request_cancel,
+    transition,
+    utcnow,
+)
+from fluksio.store.status import TRANSITIONS, allowed_from
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = Database(f"sqlite:///{tmp_path / 'runs.db'}")
+    database.upgrade()
+    yield database
+    database.dispose()
+
+
+def new_run(db: Database, run_id: str | None = None, key: str | None = None, status: RunStatus = RunStatus.QUEUED,
+            flow: str = "train") -> Run:
+    run = Run(id=run_id or new_run_id(), flow=flow, params={"lr": 0.1}, params_digest="sha256:p",
+              status=status.value, created_at=utcnow(), engine="embedded", idempotency_key=key)
+    stored, created = insert_run(db, run)
+    assert created
+    return stored
+
+
+def status_of(db: Database, run_id: str) -> str:
+    return get_run(db, run_id).status
+
+
+# -- schema ------------------------------------------------------------------------------------------
+
+
+def test_upgrade_creates_the_tables(tmp_path):
+    database = Database(f"sqlite:///{tmp_path / 'nested' / 'dir' / 'runs.db'}")  # parent folders are made
+    assert database.current_revision() is None
+    database.upgrade()
+    tables = set(inspect(database.engine).get_table_names())
+    assert {"runs", "run_nodes", "run_metrics", "run_artifacts", "alembic_version"} <= tables
+    assert database.current_revision() == database.head_revision() is not None
+    database.dispose()
+
+
+def test_upgrade_is_idempotent(db):
+    head = db.current_revision()
+    db.upgrade()
+    db.upgrade()
+    assert db.current_revision() == head
+    run = new_run(db)
+    db.upgrade()
+    assert get_run(db, run.id).id == run.id  # data untouched
+
+
+def test_the_migrations_match_the_models(db):
+    with db.engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        differences = compare_metadata(context, Base.metadata)
+    assert differences == []
+
+
+def test_a_bad_database_url_is_a_config_error_naming_it():
+    with pytest.raises(ConfigError, match="'not a url' is not a SQLAlchemy URL"):
+        Database("not a url")
+
+
+def test_a_mistyped_database_url_does_not_leak_its_password():
+    with pytest.raises(ConfigError) as info:
+        Database("postgresql//fluksio:hunter2@db/runs")
+    assert "hunter2" not in str(info.value)
+
+
+# -- claim and transitions ---------------------------------------------------------------------------
+
+
+def test_claim_is_a_compare_and_swap(db):
+    run = new_run(db)
+    assert claim(db, run.id, "sha256:code") is True
+    assert claim(db, run.id, "sha256:other") is False
+    stored = get_run(db, run.id)
+    assert stored.status == "running"
+    assert stored.code_digest == "sha256:code"  # the second claimer changed nothing
+    assert stored.started_at is not None and stored.lease_at is not None
+
+
+def test_claim_of_an_unknown_run_is_refused(db):
+    assert claim(db, "01NOSUCHRUN000000000000000", None) is False
+
+
+def test_transition_table_refuses_ok_to_running(db):
+    run = new_run(db)
+    assert claim(db, run.id, None)
+    assert transition(db, run.id, RunStatus.OK) is True
+    assert transition(db, run.id, RunStatus.RUNNING) is False
+    assert status_of(db, run.id) == "ok"
+
+
+@pytest.mark.parametrize("terminal", [RunStatus.OK, RunStatus.ERROR, RunStatus.CANCELLED, RunStatus.ABANDONED])
+def test_terminal_statuses_never_move(db, terminal):
+    run = new_run(db)
+    claim(db, run.id, None)
+    assert transition(db, run.id, terminal) is True
+    for target in RunStatus:
+        assert transition(db, run.id, target) is False
+    assert status_of(db, run.id) == terminal.value
+
+
+def test_queued_cannot_jump_to_ok(db):
+    run = new_run(db)
+    assert transition(db, run.id, RunStatus.OK) is False
+    assert status_of(db, run.id) == "queued"
+
+
+def test_the_transition_table():
+    assert TRANSITIONS[RunStatus.QUEUED] == {RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.ERROR}
+    assert sorted(allowed_from(RunStatus.RUNNING)) == ["queued"]
+    assert sorted(allowed_from(RunStatus.CANCELLED)) == ["queued", "running"]
+    assert allowed_from(RunStatus.QUEUED) == []
+    assert all(not TRANSITIONS[s] for s in RunStatus if s.is_terminal())
+
+
+def test_finish_records_result_reason_and_duration(db):
+    run = new_run(db)
+    claim(db, run.id, None)
+    assert finish(db, run.id, RunStatus.OK, None, {"y": 2}) is True
+    stored = get_run(db, run.id)
+    assert stored.status == "ok"
+    assert stored.result == {"y": 2}
+    assert stored.finished_at is not None and stored.finished_at >= stored.started_at
+    assert stored.duration_ms is not None and stored.duration_ms >= 0
+    assert finish(db, run.id, RunStatus.ERROR, "late", None) is False
+    assert get_run(db, run.id).result == {"y": 2}
+
+
+def test_timestamps_come_back_timezone_aware(db):
+    run = new_run(db)
+    assert get_run(db, run.id).created_at.tzinfo is not None
+
+
+# -- cancel ------------------------------------------------------------------------------------------
+
+
+def test_request_cancel_on_a_queued_run_cancels_it(db):
+    run = new_run(db)
+    assert request_cancel(db, run.id, "user asked") is RunStatus.CANCELLED
+    stored = get_run(db, run.id)
+    assert stored.status == "cancelled"
+    assert stored.status_reason == "user asked"
+    assert stored.finished_at is not None
+    assert claim(db, run.id, None) is False  # a driver arriving late never starts it
+
+
+def test_request_cancel_on_a_running_run_flags_it_for_its_driver(db):
+    run = new_run(db)
+    claim(db, run.id, None)
+    assert refresh_lease(db, run.id) is False
+    assert request_cancel(db, run.id, "user asked") is RunStatus.RUNNING
+    stored = get_run(db, run.id)
+    assert stored.status == "running"
+    assert stored.cancel_requested is True
+    assert stored.status_reason == "cancelling: user asked"
+    assert refresh_lease(db, run.id) is True  # the driver learns of it with its next lease refresh
+    assert transition(db, run.id, RunStatus.CANCELLED) is True
+
+
+def test_request_cancel_on_a_finished_run_changes_nothing(db):
+    run = new_run(db)
+    claim(db, run.id, None)
+    finish(db, run.id, RunStatus.OK, None, {})
+    assert request_cancel(db, run.id, "too late") is RunStatus.OK
+    stored = get_run(db, run.id)
+    assert stored.cancel_requested is False and stored.status_reason is None
+
+
+def test_request_cancel_of_one_run_leaves_its_siblings_alone(db):
+    runs = [new_run(db) for _ in range(3)]
+    request_cancel(db, runs[1].id, "one of the sweep")
+    assert [status_of(db, r.id) for r in runs] == ["queued", "cancelled", "queued"]
+
+
+def test_request_cancel_of_an_unknown_run_is_not_found(db):
+    with pytest.raises(RunNotFound):
+        request_cancel(db, "01NOSUCHRUN000000000000000", "x")
+
+
+# -- lookups -----------------------------------------------------------------------------------------
+
+
+def test_get_run_by_full_id_and_unique_prefix(db):
+    first = new_run(db, run_id="01AAAAAAAAAAAAAAAAAAAAAAAA")
+    new_run(db, run_id="01BBBBBBBBBBBBBBBBBBBBBBBB")
+    assert get_run(db, first.id).id == first.id
+    assert get_run(db, "01AAAA").id == first.id
+    assert get_run(db, "01aaaa").id == first.id  # ids are shown upper case; typed lower case is fine
+
+
+def test_get_run_by_an_ambiguous_prefix_asks_for_more(db):
+    new_run(db, run_id="01AAAAAAAAAAAAAAAAAAAAAAA1")
+    new_run(db, run_id="01AAAAAAAAAAAAAAAAAAAAAAA2")
+    with pytest.raises(RunNotFound, match="ambiguous; give more characters"):
+        get_run(db, "01AAAA")
+    assert get_run(db, "01AAAAAAAAAAAAAAAAAAAAAAA2").id.endswith("2")
+
+
+def test_get_run_needs_four_characters_of_prefix(db):
+    new_run(db, run_id="01AAAAAAAAAAAAAAAAAAAAAAAA")
+    with pytest.raises(RunNotFound, match="no run '01A'"):
+        get_run(db, "01A")
+
+
+def test_get_run_unknown_id_is_not_found(db):
+    new_run(db)
+    with pytest.raises(RunNotFound, match="`fluksio runs` lists them"):
+        get_run(db, "ZZZZZZZZ")
+
+
+def test_get_run_prefix_is_matched_literally(db):
+    new_run(db, run_id="01AAAAAAAAAAAAAAAAAAAAAAAA")
+    with pytest.raises(RunNotFound):
+        get_run(db, "____")
+
+
+def test_run_ids_are_ulids_that_sort_by_creation():
+    ids = [new_run_id() for _ in range(50)]
+    assert all(len(i) == 26 for i in ids)
+    assert len(set(ids)) == 50
+    assert set("".join(ids)) <= set("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+
+
+# -- idempotency -------------------------------------------------------------------------------------
+
+
+def test_an_idempotency_key_insert_returns_the_existing_run(db):
+    first = new_run(db, key="submit-42")
+    retry = Run(id=new_run_id(), flow="train", params={"lr": 0.5}, params_digest="sha256:q",
+                status="queued", created_at=utcnow(), engine="embedded", idempotency_key="submit-42")
+    stored, created = insert_run(db, retry)
+    assert created is False
+    assert stored.id == first.id
+    assert stored.params == {"lr": 0.1}
+    with db.read() as session:
+        assert len(session.scalars(select(Run)).all()) == 1
+
+
+def test_runs_without_a_key_never_collide(db):
+    new_run(db)
+    new_run(db)
+    with db.read() as session:
+        assert len(session.scalars(select(Run)).all()) == 2
+
+
+def test_a_duplicate_id_without_a_key_is_an_error(db):
+    from sqlalchemy.exc import IntegrityError
+
+    new_run(db, run_id="01AAAAAAAAAAAAAAAAAAAAAAAA")
+    duplicate = Run(id="01AAAAAAAAAAAAAAAAAAAAAAAA", flow="train", params={}, params_digest="x", status="queued",
+                    created_at=utcnow(), engine="embedded")
+    with pytest.raises(IntegrityError):
+        insert_run(db, duplicate)
+
+
+# -- metrics -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def statements(db):
+    """Every INSERT INTO run_metrics the write engine sends."""
+    seen: list[str] = []
+
+    def before(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("INSERT INTO RUN_METRICS"):
+            seen.append(statement)
+
+    event.listen(db.write_engine, "before_cursor_execute", before)
+    yield seen
+    event.remove(db.write_engine, "before_cursor_execute", before)
+
+
+def test_upsert_metrics_keeps_the_last_value_per_key(db):
+    run = new_run(db)
+    upsert_metrics(db, [(run.id, "loss", 0, 1.0), (run.id, "loss", 1, 0.5), (run.id, "loss", 0, 0.9)])
+    upsert_metrics(db, [(run.id, "loss", 1, 0.4), (run.id, "acc", 0, 0.7)])
+    assert read_metrics(db, run.id) == {"acc": [(0, 0.7)], "loss": [(0, 0.9), (1, 0.4)]}
+
+
+def test_upsert_metrics_keeps_the_last_value_across_statement_chunks(db):
+    run = new_run(db)
+    rows = [(run.id, "loss", step, float(step)) for step in range(ROWS_PER_STATEMENT)]
+    rows.append((run.id, "loss", 0, -1.0))  # lands in the second statement
+    upsert_metrics(db, rows)
+    series = read_metrics(db, run.id)["loss"]
+    assert series[0] == (0, -1.0)
+    assert len(series) == ROWS_PER_STATEMENT
+
+
+@pytest.mark.parametrize("count", [1, 1999, 2000, 2001, 4500])
+def test_upsert_metrics_issues_one_statement_per_2000_rows(db, statements, count):
+    run = new_run(db)
+    rows = [(run.id, "loss", step, step / 10) for step in range(count)]
+    issued = upsert_metrics(db, rows)
+    assert issued == math.ceil(count / 2000) == len(statements)
+    series = read_metrics(db, run.id)["loss"]
+    assert len(series) == count
+    assert series[-1] == (count - 1, (count - 1) / 10)
+
+
+def test_upsert_metrics_of_nothing_issues_nothing(db, statements):
+    assert upsert_metrics(db, []) == 0
+    assert statements == []
+
+
+def test_read_metrics_of_a_run_without_metrics_is_empty(db):
+    run = new_run(db)
+    assert read_metrics(db, run.id) == {}

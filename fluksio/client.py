@@ -24,6 +24,7 @@ from fluksio.settings import Settings, load_settings, redact_url
 from fluksio.store import runs as run_rows
 from fluksio.store.ids import new_run_id
 from fluksio.store.metrics import read_metrics
+from fluksio.worker.app import create_app
 from fluksio.worker.embedded import EmbeddedWorkers
 
 #: First and longest pause between two looks at a run's row while waiting, in seconds.
@@ -83,10 +84,11 @@ class Client:
             self._workers = EmbeddedWorkers(self.runtime)
             self.app: Celery = self._workers.app
         else:
-            raise ConfigError(
-                f"FLUKSIO_BROKER_URL={redact_url(settings.broker_url)} asks for the distributed mode, which needs "
-                "`fluksio worker` processes and is not available in this version yet; unset it to run embedded"
-            )
+            if not settings.broker_url.startswith(("redis://", "rediss://")):
+                raise ConfigError(f"FLUKSIO_BROKER_URL={redact_url(settings.broker_url)}: only redis:// and "
+                                  "rediss:// brokers are supported (the placer's books live in the same Redis)")
+            self.runtime = Runtime.distributed(settings)
+            self.app = create_app(settings, self.runtime)
         self._closed = False
         self._lock = threading.Lock()
         _open_clients.add(self)

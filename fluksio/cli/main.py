@@ -226,6 +226,30 @@ def placer(as_json: bool) -> None:
         click.echo(f"waiting {w['waiting_s']:.1f}s: run {w['run_id']} node {w['node']}: {w['reason']}")
 
 
+@cli.command()
+@click.option("--name", help="Machine name (default: the host name); also a label.")
+@click.option("--labels", help="Labels this machine carries, comma-separated (e.g. gpu,a100).")
+@click.option("--cpus", type=int, help="CPUs to offer (default: the host's); also the node pool's size.")
+@click.option("--gpus", help="GPU ids to offer, e.g. 0,1, or 'none' (default: detected with nvidia-smi).")
+@click.option("--ram-mb", type=int, help="RAM to offer, in MB (default: the host's).")
+@click.option("--drivers", is_flag=True, help="Also run drivers, in a process and pool of their own.")
+@click.option("--drivers-only", is_flag=True, help="Run only drivers (no node calls).")
+@click.option("--loglevel", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+def worker(name: str | None, labels: str | None, cpus: int | None, gpus: str | None, ram_mb: int | None,
+           drivers: bool, drivers_only: bool, loglevel: str) -> None:
+    """Run a Celery worker for this machine: node calls on <label>@<name> queues, drivers with --drivers."""
+    from fluksio.worker.inventory import build_inventory
+    from fluksio.worker.service import run_driver_worker, run_node_worker
+
+    settings = load_settings()
+    inventory = build_inventory(name, labels, cpus, gpus, ram_mb)
+    if drivers_only:
+        run_driver_worker(settings, inventory.name, loglevel.upper())
+    else:
+        run_node_worker(settings, inventory, drivers, loglevel.upper())
+
+
 @cli.group()
 def db() -> None:
     """The run store."""

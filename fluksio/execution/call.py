@@ -16,6 +16,7 @@ from typing import Any
 from fluksio.artifacts.artifact import Artifact, is_ref
 from fluksio.errors import NodeFailed
 from fluksio.execution.capture import capture_output
+from fluksio.execution.isolated import run_in_child
 from fluksio.execution.values import decode, encode
 from fluksio.flows.node import NodeSpec
 from fluksio.runs.inbox import DONE
@@ -46,7 +47,10 @@ def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
             node = flow.nodes[call["node"]]
         except KeyError:
             raise NodeFailed(f"flow {call['flow']!r} has no node {call['node']!r} on this worker") from None
-        outputs, artifacts, logs = _run_node(runtime, node, call)
+        if grant.gpus:
+            outputs, artifacts, logs = run_in_child(call, grant.gpus, node.timeout_s)
+        else:
+            outputs, artifacts, logs = run_node_here(runtime, node, call)
         completion.update(status="ok", outputs=outputs, artifacts=artifacts, logs=logs)
     except NodeFailed as exc:
         completion.update(status="error", error=str(exc), logs=getattr(exc, "logs", None))
@@ -59,7 +63,9 @@ def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
     runtime.inbox.push(call["run_id"], completion)
 
 
-def _run_node(runtime: Runtime, node: NodeSpec, call: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+def run_node_here(runtime: Runtime, node: NodeSpec, call: dict[str, Any], use_timeout: bool = True,
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+    """Run the node in this process; returns its encoded outputs, the artifacts it made, and its logs."""
     store = runtime.artifacts
     args = [decode(call["inputs"][m], store) for m in node.requires]
     sink = MetricSink(runtime.db, call["run_id"])
@@ -86,7 +92,7 @@ def _run_node(runtime: Runtime, node: NodeSpec, call: dict[str, Any]) -> tuple[d
             finally:
                 outcome["logs"] = captured.text
 
-    if node.timeout_s is None:
+    if node.timeout_s is None or not use_timeout:
         target()
     else:
         # A thread cannot be killed; the call is reported as timed out and its grant is returned

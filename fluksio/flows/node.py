@@ -81,19 +81,21 @@ def make_node(
     if repeated:
         raise FlowError(f"{where} declares {', '.join(map(repr, repeated))} more than once")
 
-    parameters = _parameters(fn, where)
+    parameters, optional = _parameters(fn, where)
     takes_emit = EMIT_PARAMETER in parameters
     positional = [p for p in parameters if p != EMIT_PARAMETER]
+    mandatory = [p for p in positional if p not in optional]
     if requires is None:
         required = tuple(positional)
     else:
         required = tuple([requires] if isinstance(requires, str) else requires)
         for message in required:
             check_identifier("required message", message, where)
-        if len(required) != len(positional):
+        if not len(mandatory) <= len(required) <= len(positional):
             raise FlowError(
                 f"{where} requires {len(required)} message(s) ({', '.join(required) or 'none'}) but its function "
-                f"takes {len(positional)} parameter(s) ({', '.join(positional) or 'none'}); give one message per parameter"
+                f"takes {len(positional)} parameter(s) ({', '.join(positional) or 'none'}, {len(mandatory)} without "
+                "a default); give one message per parameter, in order"
             )
     if stream_names and not takes_emit:
         raise FlowError(f"{where} streams {', '.join(stream_names)} but its function has no '{EMIT_PARAMETER}' parameter")
@@ -123,16 +125,19 @@ def make_node(
     )
 
 
-def _parameters(fn: Callable[..., Any], where: str) -> list[str]:
+def _parameters(fn: Callable[..., Any], where: str) -> tuple[list[str], set[str]]:
+    """The function's parameter names, and those of them that have a default."""
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
         raise FlowError(f"{where}: cannot read the function's signature") from None
-    names = []
+    names, optional = [], set()
     for parameter in signature.parameters.values():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise FlowError(f"{where}: *args/**kwargs cannot be bound to messages; name each parameter")
         if parameter.kind is parameter.KEYWORD_ONLY and parameter.name != EMIT_PARAMETER:
             raise FlowError(f"{where}: keyword-only parameter {parameter.name!r} cannot be bound; make it positional")
         names.append(parameter.name)
-    return names
+        if parameter.default is not parameter.empty:
+            optional.add(parameter.name)
+    return names, optional

@@ -52,7 +52,7 @@ class Placer:
         self.provisioner_shapes = list(provisioner_shapes)
         self._listeners: list[Callable[[], None]] = []
         self._lock = threading.Lock()
-        self.books.on_change(self._notify)
+        self._subscribed = False
 
     # -- machines -------------------------------------------------------------------------------
 
@@ -137,6 +137,10 @@ class Placer:
     def add_listener(self, listener: Callable[[], None]) -> None:
         with self._lock:
             self._listeners.append(listener)
+            subscribe = not self._subscribed
+            self._subscribed = True
+        if subscribe:  # lazily: only processes that wait (drivers) need to hear about changes
+            self.books.on_change(self._notify)
 
     def remove_listener(self, listener: Callable[[], None]) -> None:
         with self._lock:

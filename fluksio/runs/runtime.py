@@ -61,6 +61,13 @@ class Runtime:
                    ledger=RedisLedger(client), events=RedisEvents(client),
                    machine=machine or settings.machine_name or socket.gethostname(), redis=client)
 
+    @classmethod
+    def standalone(cls, settings: Settings) -> Runtime:
+        """Just the store, artifacts and flows: for a child process that runs one node call."""
+        return cls(settings=settings, db=Database(settings.database_url),
+                   artifacts=LocalArtifactStore(settings.artifacts_dir), registry=_registry(settings),
+                   placer=Placer(), inbox=MemoryInbox(), ledger=MemoryLedger(), events=MemoryEvents())
+
     def close(self) -> None:
         self.placer.books.close()
         self.db.dispose()

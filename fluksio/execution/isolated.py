@@ -1,0 +1,89 @@
+"""GPU calls run in a fresh interpreter that sees exactly its granted GPUs.
+
+CUDA reads ``CUDA_VISIBLE_DEVICES`` once per process, so a pool process that
+ran a call on GPU 0 cannot later run one on GPU 1 by changing the variable. A
+call granted GPUs therefore runs in a child process started with the variable
+set to its grant; the child dies with its parent (a killed or cancelled call
+takes its child with it) and reports on its last stdout line.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from fluksio.errors import NodeFailed
+
+#: The child's report is the stdout line that starts with this.
+RESULT_MARKER = "FLUKSIO-RESULT:"
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this process when its parent dies (even by kill -9)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def run_in_child(call: dict[str, Any], gpus: tuple[int, ...], timeout_s: float | None,
+                 ) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+    """Run the call in a child with ``CUDA_VISIBLE_DEVICES`` = ``gpus``; returns outputs, artifacts, logs."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "fluksio.execution.isolated"], input=json.dumps(call), capture_output=True,
+            text=True, env=env, timeout=timeout_s, preexec_fn=die_with_parent,  # noqa: PLW1509
+        )
+    except subprocess.TimeoutExpired as exc:
+        failure = NodeFailed(f"node {call['node']!r} timed out after {timeout_s:g} s")
+        failure.logs = _text(exc.stdout) + _text(exc.stderr)  # type: ignore[attr-defined]
+        raise failure from None
+    lines = done.stdout.splitlines()
+    report = next((line for line in reversed(lines) if line.startswith(RESULT_MARKER)), None)
+    noise = "\n".join(line for line in lines if not line.startswith(RESULT_MARKER))
+    if report is None:
+        failure = NodeFailed(f"the process running node {call['node']!r} exited with code {done.returncode} "
+                             "before reporting")
+        failure.logs = (noise + "\n" + done.stderr).strip()  # type: ignore[attr-defined]
+        raise failure
+    result = json.loads(report[len(RESULT_MARKER):])
+    logs = "\n".join(part for part in (result.get("logs") or "", noise, done.stderr) if part)
+    if result["status"] != "ok":
+        failure = NodeFailed(result["error"])
+        failure.logs = logs  # type: ignore[attr-defined]
+        raise failure
+    return result["outputs"], result["artifacts"], logs
+
+
+def _text(value: str | bytes | None) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
+
+
+def main() -> None:
+    from fluksio.execution.call import run_node_here
+    from fluksio.runs.runtime import Runtime
+    from fluksio.settings import load_settings
+
+    call = json.loads(sys.stdin.read())
+    runtime = Runtime.standalone(load_settings())
+    try:
+        flow = runtime.registry.get(call["flow"])
+        outputs, artifacts, logs = run_node_here(runtime, flow.nodes[call["node"]], call, use_timeout=False)
+        report = {"status": "ok", "outputs": outputs, "artifacts": artifacts, "logs": logs}
+    except NodeFailed as exc:
+        report = {"status": "error", "error": str(exc), "logs": getattr(exc, "logs", None)}
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the node with it
+        report = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "logs": None}
+    sys.__stdout__.write("\n" + RESULT_MARKER + json.dumps(report) + "\n")
+    sys.__stdout__.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""``fluksio worker``: a real Celery worker with an inventory, in the distributed mode.
+
+Node calls run in a prefork pool whose concurrency equals the machine's cpus,
+so a call the placer granted starts at once (and can be killed). Drivers run
+in a separate process with a thread pool (``--drivers`` starts it beside the
+node worker; it dies with its parent).
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from typing import Any
+
+from celery.signals import worker_process_init
+
+from fluksio.constants import DRIVERS_QUEUE
+from fluksio.errors import ConfigError
+from fluksio.execution.isolated import die_with_parent
+from fluksio.placement.redis import RedisBooks
+from fluksio.runs.runtime import Runtime
+from fluksio.schemas import Inventory
+from fluksio.settings import Settings, redact_url
+from fluksio.worker.app import create_app
+from fluksio.worker.embedded import node_queues
+from fluksio.worker.heartbeat import Heartbeat
+
+log = logging.getLogger(__name__)
+
+def require_distributed(settings: Settings) -> None:
+    if settings.embedded:
+        raise ConfigError(
+            "fluksio worker needs a shared broker: set FLUKSIO_BROKER_URL (e.g. redis://127.0.0.1:6379/0) "
+            "and a run store every host can reach (FLUKSIO_DATABASE_URL)"
+        )
+    if not settings.broker_url.startswith(("redis://", "rediss://")):
+        raise ConfigError(f"FLUKSIO_BROKER_URL={redact_url(settings.broker_url)}: only redis:// and rediss:// "
+                          "brokers are supported (the placer's books live in the same Redis)")
+
+
+def _fresh_connections_after_fork(runtime: Runtime) -> None:
+    @worker_process_init.connect(weak=False)
+    def _reset(**_: Any) -> None:
+        # A forked pool process must not share its parent's database connections.
+        runtime.db.engine.dispose(close=False)
+        runtime.db.write_engine.dispose(close=False)
+
+
+def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool, loglevel: str) -> None:
+    require_distributed(settings)
+    runtime = Runtime.distributed(settings, machine=inventory.name)
+    books = runtime.placer.books
+    assert isinstance(books, RedisBooks)
+    app = create_app(settings, runtime)
+    _fresh_connections_after_fork(runtime)
+    drivers = _spawn_driver_process(inventory.name, loglevel) if with_drivers else None
+    books.attach(inventory)
+    heartbeat = Heartbeat(books, inventory, settings.heartbeat_interval_s)
+    heartbeat.start()
+    log.info("machine %s attached: %s", inventory.name, inventory.model_dump_json())
+    try:
+        worker = app.Worker(
+            hostname=f"nodes@{inventory.name}", queues=node_queues(inventory), concurrency=inventory.cpus,
+            pool="prefork", loglevel=loglevel, without_mingle=True, without_gossip=True,
+        )
+        worker.start()
+        code = worker.exitcode
+    finally:
+        heartbeat.stop()
+        try:
+            books.detach(inventory.name)
+        except Exception:
+            log.warning("could not detach %s from the placer's books", inventory.name, exc_info=True)
+        if drivers is not None:
+            drivers.terminate()
+            drivers.wait(30)
+        runtime.close()
+    sys.exit(code or 0)
+
+
+def run_driver_worker(settings: Settings, name: str, loglevel: str) -> None:
+    require_distributed(settings)
+    runtime = Runtime.distributed(settings, machine=name)
+    app = create_app(settings, runtime)
+    try:
+        worker = app.Worker(
+            hostname=f"drivers@{name}", queues=[DRIVERS_QUEUE], concurrency=settings.driver_concurrency,
+            pool="threads", loglevel=loglevel, without_mingle=True, without_gossip=True,
+        )
+        worker.start()
+        code = worker.exitcode
+    finally:
+        runtime.close()
+    sys.exit(code or 0)
+
+
+def _spawn_driver_process(name: str, loglevel: str) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "fluksio.cli.main", "worker", "--name", name, "--drivers-only",
+               "--loglevel", loglevel]
+    return subprocess.Popen(command, preexec_fn=die_with_parent)  # noqa: PLW1509 - only sets PDEATHSIG

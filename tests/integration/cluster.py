@@ -1,0 +1,99 @@
+"""A fluksio installation on this one machine: a real Redis and real `fluksio worker` processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+from fluksio import Client, Settings, connect
+from tests.integration.servers import RedisServer
+
+FLOWS_FILE = Path(__file__).with_name("cluster_flows.py")
+
+
+class Cluster:
+    def __init__(self, workdir: Path, redis_server: RedisServer) -> None:
+        self.workdir = workdir
+        self.redis = redis_server
+        self.marks = workdir / "marks"
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("FLUKSIO_")}
+        self.env.update({
+            "FLUKSIO_BROKER_URL": redis_server.url,
+            "FLUKSIO_DATABASE_URL": f"sqlite:///{workdir / 'fluksio.db'}",
+            "FLUKSIO_ARTIFACTS_DIR": str(workdir / "artifacts"),
+            "FLUKSIO_FLOWS": str(FLOWS_FILE),
+            "FLUKSIO_HEARTBEAT_INTERVAL_S": "0.5",
+            "FLUKSIO_HEARTBEAT_TTL_S": "2",
+            "FLUKSIO_LEASE_INTERVAL_S": "1",
+            "FLUKSIO_CONFIG": str(workdir / "none.toml"),
+            "TEST_FLUKSIO_MARKS": str(self.marks),
+        })
+
+    def settings(self) -> Settings:
+        return Settings(
+            broker_url=self.env["FLUKSIO_BROKER_URL"], database_url=self.env["FLUKSIO_DATABASE_URL"],
+            artifacts_dir=Path(self.env["FLUKSIO_ARTIFACTS_DIR"]), flows=[str(FLOWS_FILE)],
+            heartbeat_interval_s=0.5, heartbeat_ttl_s=2, lease_interval_s=1,
+        )
+
+    def client(self) -> Client:
+        return connect(self.settings())
+
+    def start_worker(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / f"worker-{name}.log", "ab")  # noqa: SIM115 - kept open for the process
+        process = subprocess.Popen(
+            [sys.executable, "-m", "fluksio.cli.main", "worker", "--name", name, "--loglevel", "info", *args],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.workers[name] = process
+        return process
+
+    def wait_attached(self, *names: str, timeout: float = 60) -> None:
+        client = redis.Redis.from_url(self.redis.url)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(client.exists(f"fluksio:heartbeat:{n}") for n in names):
+                return
+            for name in names:
+                process = self.workers.get(name)
+                if process is not None and process.poll() is not None:
+                    raise RuntimeError(f"worker {name} exited: {self.log_of(name)}")
+            time.sleep(0.1)
+        raise TimeoutError(f"workers {names} did not attach: " + " | ".join(self.log_of(n) for n in names))
+
+    def log_of(self, name: str) -> str:
+        path = self.workdir / f"worker-{name}.log"
+        return path.read_text()[-3000:] if path.exists() else "(no log)"
+
+    def kill(self, name: str) -> None:
+        """kill -9 of the worker and every process it started."""
+        process = self.workers.pop(name)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+    def stop(self, name: str) -> None:
+        """A warm shutdown (SIGTERM), as a service manager would do it."""
+        process = self.workers.pop(name)
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(30)
+
+    def stop_all(self) -> None:
+        for name, process in list(self.workers.items()):
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+        for name, process in list(self.workers.items()):
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(5)
+        self.workers.clear()

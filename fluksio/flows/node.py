@@ -94,8 +94,8 @@ def make_node(
         if not len(mandatory) <= len(required) <= len(positional):
             raise FlowError(
                 f"{where} requires {len(required)} message(s) ({', '.join(required) or 'none'}) but its function "
-                f"takes {len(positional)} parameter(s) ({', '.join(positional) or 'none'}, {len(mandatory)} without "
-                "a default); give one message per parameter, in order"
+                f"takes {len(positional)} parameter(s) ({', '.join(positional) or 'none'}), {len(mandatory)} of them "
+                "without a default; give one message per parameter, in order"
             )
     if stream_names and not takes_emit:
         raise FlowError(f"{where} streams {', '.join(stream_names)} but its function has no '{EMIT_PARAMETER}' parameter")

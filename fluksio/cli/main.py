@@ -234,16 +234,23 @@ def placer(as_json: bool) -> None:
 @click.option("--ram-mb", type=int, help="RAM to offer, in MB (default: the host's).")
 @click.option("--drivers", is_flag=True, help="Also run drivers, in a process and pool of their own.")
 @click.option("--drivers-only", is_flag=True, help="Run only drivers (no node calls).")
+@click.option("--profile", type=click.Path(dir_okay=False), help="A worker profile (TOML); flags override it.")
 @click.option("--loglevel", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def worker(name: str | None, labels: str | None, cpus: int | None, gpus: str | None, ram_mb: int | None,
-           drivers: bool, drivers_only: bool, loglevel: str) -> None:
+           drivers: bool, drivers_only: bool, profile: str | None, loglevel: str) -> None:
     """Run a Celery worker for this machine: node calls on <label>@<name> queues, drivers with --drivers."""
     from fluksio.worker.inventory import build_inventory
+    from fluksio.worker.profile import WorkerProfile, load_profile
     from fluksio.worker.service import run_driver_worker, run_node_worker
 
     settings = load_settings()
-    inventory = build_inventory(name, labels, cpus, gpus, ram_mb)
+    base = load_profile(profile) if profile else WorkerProfile()
+    inventory = build_inventory(
+        name or base.name, labels if labels is not None else ",".join(base.labels), cpus or base.cpus,
+        gpus if gpus is not None else base.gpus_text, ram_mb if ram_mb is not None else base.ram_mb,
+    )
+    drivers = drivers or base.drivers
     if drivers_only:
         run_driver_worker(settings, inventory.name, loglevel.upper())
     else:

@@ -215,15 +215,28 @@ def placer(as_json: bool) -> None:
         return
     from rich.table import Table
 
-    table = Table(show_edge=False, header_style="bold", title="machines")
-    for column in ("machine", "labels", "cpus free/total", "gpus free", "ram free MB", "calls"):
+    out = render.console()
+    table = Table(show_edge=False, header_style="bold", title="machines", title_justify="left")
+    for column in ("machine", "labels", "cpus free/total", "gpus free/total", "ram free/total MB", "calls",
+                   "heartbeat"):
         table.add_column(column)
     for m in snapshot["machines"]:
+        beat = "-" if m["heartbeat_age_s"] is None else f"{m['heartbeat_age_s']:.1f}s ago"
         table.add_row(m["name"], ",".join(m["labels"]), f"{m['free']['cpus']}/{m['total']['cpus']}",
-                      ",".join(map(str, m["free_gpu_ids"])) or "-", str(m["free"]["ram_mb"]), str(m["calls"]))
-    render.console().print(table)
-    for w in snapshot["waiting"]:
-        click.echo(f"waiting {w['waiting_s']:.1f}s: run {w['run_id']} node {w['node']}: {w['reason']}")
+                      f"{','.join(map(str, m['free_gpu_ids'])) or '-'} / {','.join(map(str, m['gpu_ids'])) or '-'}",
+                      f"{m['free']['ram_mb']}/{m['total']['ram_mb']}", str(m["calls"]), beat)
+    out.print(table if snapshot["machines"] else "no machines attached")
+    if snapshot["waiting"]:
+        waiting = Table(show_edge=False, header_style="bold", title="waiting", title_justify="left")
+        for column in ("run", "node", "for", "why"):
+            waiting.add_column(column)
+        for w in snapshot["waiting"]:
+            waiting.add_row(w["run_id"] or "", w["node"] or "", f"{w['waiting_s']:.1f}s", w["reason"])
+        out.print(waiting)
+    else:
+        out.print("nothing waiting")
+    for p in snapshot["provisioners"]:
+        out.print(f"provisioner shape {p['shape']} labels {','.join(p['labels'])}")
 
 
 @cli.command()

@@ -152,6 +152,25 @@ def test_a_busy_machine_is_waited_for_and_says_why(client: Client, cluster: Clus
     assert queued and queued[0]["reason"] == reason.split(": ", 1)[1]
 
 
+def test_a_redelivered_call_that_is_already_settled_is_dropped(client: Client, cluster: Cluster) -> None:
+    run = client.submit(flows.marked, {"tag": "redelivered"})
+    record = run.wait(timeout=60)
+    assert record.status is RunStatus.OK
+    assert len(list(cluster.marks.glob("redelivered.*"))) == 1
+    node = record.nodes[0]
+    # What Redis would hand a worker that comes back: the same call, long settled.
+    call = {"call_id": f"{run.id}.leave_mark.1", "run_id": run.id, "flow": "marked", "node": "leave_mark",
+            "attempt": 1, "inputs": {"tag": "redelivered"},
+            "grant": {"id": f"{run.id}.leave_mark.1", "machine": node.machine, "cpus": 1, "gpus": []}}
+    client.app.send_task("fluksio.call", kwargs={"call": call}, queue=f"default@{node.machine}")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "dropping call" not in cluster.log_of(node.machine):
+        time.sleep(0.1)
+    assert f"dropping call {run.id}.leave_mark.1" in cluster.log_of(node.machine)
+    assert len(list(cluster.marks.glob("redelivered.*"))) == 1  # it did not run again
+    assert [n.attempt for n in client.get(run.id).nodes] == [1]
+
+
 def wait_for_mark(cluster: Cluster, tag: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

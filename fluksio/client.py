@@ -17,13 +17,13 @@ from fluksio.constants import DRIVE_TASK
 from fluksio.errors import ConfigError, RunRejected
 from fluksio.flows.flow import Flow
 from fluksio.runs.inbox import CANCEL
+from fluksio.runs.metrics import series_of
 from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import submit_run
 from fluksio.schemas import RunRecord, RunStatus
 from fluksio.settings import Settings, load_settings, redact_url
 from fluksio.store import runs as run_rows
 from fluksio.store.ids import new_run_id
-from fluksio.store.metrics import read_metrics
 from fluksio.worker.app import create_app
 from fluksio.worker.embedded import EmbeddedWorkers
 
@@ -108,7 +108,7 @@ class Client:
         """Validate and journal a run, then hand it to a driver. Bad input raises :class:`RunRejected`."""
         self._check_open()
         run, created = submit_run(
-            self.runtime.db, self.runtime.registry, flow, engine=self.settings.engine, params=params, seed=seed,
+            self.runtime.db, self.runtime.registry, self.runtime.artifacts, flow, engine=self.settings.engine, params=params, seed=seed,
             group=group, no_cache=no_cache, idempotency_key=idempotency_key,
             embedded_machines=self.runtime.placer.machines() if self.settings.embedded else None,
         )
@@ -151,7 +151,8 @@ class Client:
         return [run_rows.to_record(r, []) for r in run_rows.list_runs(self.runtime.db, flow, status, group, limit)]
 
     def metrics(self, run_id: str) -> dict[str, list[tuple[int, float]]]:
-        return read_metrics(self.runtime.db, run_rows.get_run(self.runtime.db, run_id).id)
+        """Each metric's ``[(step, value), …]``, including series of nodes restored from the cache."""
+        return series_of(self.runtime.db, run_rows.get_run(self.runtime.db, run_id).id)
 
     def cancel(self, run_id: str, reason: str = "cancelled by request") -> RunStatus:
         """A queued run is cancelled at once; a running one is told to stop. Returns the status after."""

@@ -121,6 +121,17 @@ def is_ref(value: Any) -> bool:
     return isinstance(value, dict) and len(value) == 1 and REF_KEY in value
 
 
+def find_refs(value: Any) -> list[dict[str, Any]]:
+    """Every artifact reference inside a JSON value, in order."""
+    if is_ref(value):
+        return [value]
+    if isinstance(value, dict):
+        return [r for item in value.values() for r in find_refs(item)]
+    if isinstance(value, list):
+        return [r for item in value for r in find_refs(item)]
+    return []
+
+
 def _guess_type(name: str | None) -> str:
     guessed = mimetypes.guess_type(name)[0] if name else None
     return guessed or "application/octet-stream"

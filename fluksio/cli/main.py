@@ -19,7 +19,8 @@ from fluksio.errors import FluksioError
 from fluksio.schemas import RunStatus
 from fluksio.settings import load_settings
 from fluksio.store.db import Database
-from fluksio.store.metrics import latest_metrics, read_metrics
+from fluksio.runs.metrics import series_of
+from fluksio.store.metrics import latest_metrics
 from fluksio.store.nodes import artifacts_of
 
 #: Exit codes: a run that did not end ``ok``, and input fluksio refused.
@@ -78,7 +79,7 @@ def _finish(client: Client, run_id: str, as_json: bool) -> None:
         click.echo(record.model_dump_json(indent=2))
     else:
         db = client.runtime.db
-        render.console().print(render.run_summary(record, read_metrics(db, run_id), artifacts_of(db, run_id)))
+        render.console().print(render.run_summary(record, series_of(db, run_id), artifacts_of(db, run_id)))
     sys.exit(0 if record.status is RunStatus.OK else EXIT_RUN_FAILED)
 
 
@@ -191,7 +192,7 @@ def show(run_id: str, logs_of: str | None, as_json: bool) -> None:
             click.echo(record.model_dump_json(indent=2))
             return
         db = client.runtime.db
-        render.console().print(render.run_summary(record, read_metrics(db, record.id), artifacts_of(db, record.id)))
+        render.console().print(render.run_summary(record, series_of(db, record.id), artifacts_of(db, record.id)))
 
 
 @cli.command()
@@ -268,6 +269,29 @@ def worker(name: str | None, labels: str | None, cpus: int | None, gpus: str | N
         run_driver_worker(settings, inventory.name, loglevel.upper())
     else:
         run_node_worker(settings, inventory, drivers, loglevel.upper())
+
+
+@cli.group()
+def artifact() -> None:
+    """Artifacts: bytes nodes made, stored under their sha256."""
+
+
+@artifact.command("get")
+@click.argument("digest")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), required=True,
+              help="File to write the bytes to ('-' for standard output).")
+def artifact_get(digest: str, output: str) -> None:
+    """Write the bytes of artifact DIGEST (sha256:…) to a file."""
+    from fluksio.artifacts.artifact import validate_digest
+    from fluksio.artifacts.local import LocalArtifactStore
+
+    settings = load_settings()
+    data = LocalArtifactStore(settings.artifacts_dir).get(validate_digest(digest))
+    if output == "-":
+        sys.stdout.buffer.write(data)
+    else:
+        Path(output).write_bytes(data)
+        click.echo(f"wrote {len(data)} bytes to {output}", err=True)
 
 
 @cli.group()

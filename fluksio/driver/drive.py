@@ -21,6 +21,7 @@ from fluksio.errors import FluksioError, RunNotFound
 from fluksio.flows.flow import Flow
 from fluksio.flows.source import code_digest
 from fluksio.placement.placer import Request, Waiting
+from fluksio.runs.cache import cache_key, cacheable, lookup
 from fluksio.runs.inbox import CANCEL, DONE
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import DevicePolicy, Grant, NodeStatus, RunStatus
@@ -63,7 +64,8 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke) -> 
     if not run_rows.claim(db, run_id, digest):
         return  # another driver won the claim, or the run was cancelled while queued
     runtime.events.publish("run_started", run_id=run_id, flow=flow.name)
-    Driver(runtime, run_id, run.params or {}, flow, dispatch, revoke).run()
+    Driver(runtime, run_id, run.params or {}, flow, dispatch, revoke, code_digest=digest,
+           use_cache=not run.no_cache).run()
 
 
 def missing_labels(runtime: Runtime, flow: Flow) -> list[str]:
@@ -102,7 +104,7 @@ def _wait_for_labels(runtime: Runtime, run_id: str, flow: Flow) -> bool:
 
 class Driver:
     def __init__(self, runtime: Runtime, run_id: str, params: dict[str, Any], flow: Flow,
-                 dispatch: Dispatch, revoke: Revoke) -> None:
+                 dispatch: Dispatch, revoke: Revoke, code_digest: str | None = None, use_cache: bool = True) -> None:
         self.rt = runtime
         self.run_id = run_id
         self.flow = flow
@@ -116,6 +118,9 @@ class Driver:
         self.errors: dict[str, str] = {}
         self.cancelled = False
         self._reason: str | None = None
+        self.code_digest = code_digest
+        self.use_cache = use_cache
+        self.cache_keys: dict[str, str | None] = {}
 
     def run(self) -> None:
         def wake() -> None:
@@ -168,26 +173,65 @@ class Driver:
         return f"{self.run_id}.{node}.{self.attempts.get(node, 1)}"
 
     def _schedule(self) -> None:
-        for node in self.walk.ready():
-            spec = self.flow.nodes[node]
-            call_id = self._call_id(node)
-            outcome = self.rt.placer.try_claim(
-                Request(call_id, spec.resources, spec.device, spec.device_policy, self.run_id, node)
-            )
-            if isinstance(outcome, Waiting):
-                if self.waiting.get(node) != outcome.reason:
-                    self.rt.events.publish("node_queued", run_id=self.run_id, node=node, reason=outcome.reason)
-                self.waiting[node] = outcome.reason
-                continue
-            self.waiting.pop(node, None)
-            if outcome.clamped_from is not None:
-                self.warnings[node] = (
-                    f"clamped: requested {outcome.clamped_from.describe()}, granted {outcome.cpus} cpu(s), "
-                    f"{len(outcome.gpus)} gpu(s), {outcome.ram_mb} MB RAM on {outcome.machine}"
-                )
-                log.warning("run %s node %s %s", self.run_id, node, self.warnings[node])
-            self._send(node, call_id, outcome)
+        tried: set[str] = set()
+        while True:
+            fresh = [n for n in self.walk.ready() if n not in tried]
+            if not fresh:
+                break
+            for node in fresh:
+                tried.add(node)
+                if not self._restore_from_cache(node):
+                    self._place(node)
         self._say_why()
+
+    def _key(self, node: str) -> str | None:
+        if node not in self.cache_keys:
+            spec = self.flow.nodes[node]
+            try:
+                self.cache_keys[node] = (cache_key(self.flow.name, spec, self.code_digest, self.walk.inputs_of(node))
+                                         if spec.cache else None)
+            except (TypeError, ValueError):  # inputs JSON cannot key (it never should): just not cached
+                self.cache_keys[node] = None
+        return self.cache_keys[node]
+
+    def _restore_from_cache(self, node: str) -> bool:
+        key = self._key(node)
+        if key is None or not self.use_cache or node in self.attempts:
+            return False
+        hit = lookup(self.rt.db, self.rt.artifacts, key)
+        if hit is None:
+            return False
+        now = run_rows.utcnow()
+        record_node(self.rt.db, RunNode(
+            run_id=self.run_id, node=node, attempt=1, status=NodeStatus.CACHED.value, started_at=now,
+            finished_at=now, duration_ms=0, cache_key=key, outputs=hit.outputs, cached_from=hit.run_id,
+        ))
+        self.rt.events.publish("node_finished", run_id=self.run_id, node=node, status=NodeStatus.CACHED.value,
+                               cached_from=hit.run_id)
+        self.walk.start(node)
+        self.walk.complete(node, hit.outputs)
+        return True
+
+    def _place(self, node: str) -> None:
+        """Claim resources for the node and send it, or note why it waits."""
+        spec = self.flow.nodes[node]
+        call_id = self._call_id(node)
+        outcome = self.rt.placer.try_claim(
+            Request(call_id, spec.resources, spec.device, spec.device_policy, self.run_id, node)
+        )
+        if isinstance(outcome, Waiting):
+            if self.waiting.get(node) != outcome.reason:
+                self.rt.events.publish("node_queued", run_id=self.run_id, node=node, reason=outcome.reason)
+            self.waiting[node] = outcome.reason
+            return
+        self.waiting.pop(node, None)
+        if outcome.clamped_from is not None:
+            self.warnings[node] = (
+                f"clamped: requested {outcome.clamped_from.describe()}, granted {outcome.cpus} cpu(s), "
+                f"{len(outcome.gpus)} gpu(s), {outcome.ram_mb} MB RAM on {outcome.machine}"
+            )
+            log.warning("run %s node %s %s", self.run_id, node, self.warnings[node])
+        self._send(node, call_id, outcome)
 
     def _send(self, node: str, call_id: str, grant: Grant) -> None:
         spec = self.flow.nodes[node]
@@ -246,6 +290,8 @@ class Driver:
             error=None if ok else message.get("error"), logs=logs,
             outputs=message.get("outputs") if ok else None,
         )
+        if ok and cacheable(row.outputs):
+            row.cache_key = self._key(node)
         if row.started_at and row.finished_at:
             row.duration_ms = int((row.finished_at - row.started_at).total_seconds() * 1000)
         artifacts = [

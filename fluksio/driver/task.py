@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from celery import Celery
@@ -10,7 +11,9 @@ from celery.worker import state as worker_state
 from fluksio.driver.drive import drive
 from fluksio.constants import CALL_TASK, DRIVE_TASK
 
-def register_drive_task(app: Celery) -> None:
+def register_drive_task(app: Celery, interrupt_local: Callable[[str], object] | None = None) -> None:
+    """Register the drive task. ``interrupt_local`` stops a call running on a thread of this process
+    (the embedded default); without it, calls are revoked through Celery and their processes killed."""
     @app.task(name=DRIVE_TASK, bind=True, shared=False, ignore_result=True, acks_late=True)
     def drive_task(self: Any, run_id: str) -> None:
         runtime = self.app.fluksio_runtime
@@ -20,9 +23,10 @@ def register_drive_task(app: Celery) -> None:
                                shadow=display)
 
         def revoke(call_id: str) -> None:
-            if self.app.conf.get("fluksio_embedded"):
-                # One process: mark it revoked in this process's worker state, so it never starts.
+            if interrupt_local is not None:
+                # One process: a call not yet started never starts; one running is interrupted.
                 worker_state.revoked.add(call_id)
+                interrupt_local(call_id)
             else:
                 self.app.control.revoke(call_id, terminate=True, signal="SIGKILL")
 

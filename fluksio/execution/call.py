@@ -8,13 +8,15 @@ node. Nothing it does reaches the worker or the store as an exception.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import traceback
 from datetime import datetime, timezone
 from typing import Any
 
-from fluksio.artifacts.artifact import Artifact, is_ref
+from fluksio.artifacts.artifact import Artifact, find_refs
 from fluksio.errors import NodeFailed
+from fluksio.execution import interrupt
 from fluksio.execution.capture import capture_output
 from fluksio.execution.isolated import run_in_child
 from fluksio.execution.values import decode, encode
@@ -76,7 +78,9 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: dict[str, Any], use_ti
             declared = ", ".join(node.streams) or "nothing"
             raise NodeFailed(f"node {node.name!r} emitted {name!r}, but it streams only: {declared}")
         sink.record(name, value)
-        streamed[name] = value
+        if not (isinstance(value, float) and not math.isfinite(value)):
+            # The message's value is the last emission JSON can carry; NaN and infinities are dropped.
+            streamed[name] = value
 
     kwargs = {"emit": emit} if node.takes_emit else {}
     limit = runtime.settings.log_limit_chars
@@ -84,12 +88,14 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: dict[str, Any], use_ti
 
     def target() -> None:
         with capture_output(limit) as captured:
+            interrupt.running(call["call_id"])
             try:
                 outcome["value"] = node.fn(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - the node's failure is data, reported below
                 outcome["error"] = exc
                 captured.write(traceback.format_exc())
             finally:
+                interrupt.finished(call["call_id"])
                 outcome["logs"] = captured.text
 
     if node.timeout_s is None or not use_timeout:
@@ -120,7 +126,7 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: dict[str, Any], use_ti
         raise
     artifacts = [
         {"message": m, **ref["$artifact"]}
-        for m, value in encoded.items() for ref in _refs(value)
+        for m, value in encoded.items() for ref in find_refs(value)
     ]
     return encoded, artifacts, logs
 
@@ -145,16 +151,6 @@ def _shape_outputs(node: NodeSpec, value: Any) -> dict[str, Any]:
             problems.append(f"undeclared {', '.join(map(repr, extra))}")
         raise NodeFailed(f"node {node.name!r} returned a dict with {' and '.join(problems)}")
     return dict(value)
-
-
-def _refs(value: Any) -> list[dict[str, Any]]:
-    if is_ref(value):
-        return [value]
-    if isinstance(value, dict):
-        return [r for item in value.values() for r in _refs(item)]
-    if isinstance(value, list):
-        return [r for item in value for r in _refs(item)]
-    return []
 
 
 def _describe(exc: BaseException) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from fluksio.artifacts.artifact import Artifact
 from fluksio.errors import FlowError
 from fluksio.flows.node import NodeSpec, check_identifier, make_node
 from fluksio.flows.validation import topological_order, validate_graph
@@ -69,7 +70,8 @@ class Flow:
             else:
                 self.inputs[input_name] = InputSpec(input_name, spec)
             try:
-                self.inputs[input_name].adapter()
+                if self.inputs[input_name].type is not Artifact:
+                    self.inputs[input_name].adapter()
             except Exception as exc:  # pydantic raises several kinds for unusable types
                 raise FlowError(f"flow {name!r}: input {input_name!r} has an unusable type {spec!r}: {exc}") from None
         if isinstance(outputs, str):

@@ -13,7 +13,8 @@ import time
 from numbers import Real
 
 from fluksio.store.db import Database
-from fluksio.store.metrics import upsert_metrics
+from fluksio.store.metrics import read_metrics, upsert_metrics
+from fluksio.store.runs import node_rows
 
 log = logging.getLogger(__name__)
 
@@ -65,3 +66,15 @@ class MetricSink:
                 log.warning("metric write failed (attempt %d of %d); retrying", attempt, WRITE_ATTEMPTS,
                             exc_info=True)
                 time.sleep(0.05 * 2**attempt)
+
+
+def series_of(db: Database, run_id: str) -> dict[str, list[tuple[int, float]]]:
+    """A run's metric series, including those of its cached nodes (read from the run that made them)."""
+    series = read_metrics(db, run_id)
+    for row in node_rows(db, run_id):
+        if row.cached_from and row.outputs:
+            origin = read_metrics(db, row.cached_from)
+            for name in row.outputs:
+                if name in origin and name not in series:
+                    series[name] = origin[name]
+    return dict(sorted(series.items()))

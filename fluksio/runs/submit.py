@@ -9,15 +9,19 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
+from fluksio.artifacts.artifact import Artifact, is_ref
+from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import RunRejected
 from fluksio.flows.flow import Flow
 from fluksio.flows.registry import FlowRegistry
+from fluksio.runs.references import is_reference
+from fluksio.runs.references import resolve as resolve_reference
 from fluksio.schemas import DevicePolicy, Inventory, RunStatus
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
@@ -37,8 +41,9 @@ def params_digest(params: Mapping[str, Any], seed: int | None) -> str:
     return "sha256:" + hashlib.sha256(canonical_json({"params": params, "seed": seed}).encode()).hexdigest()
 
 
-def validate_params(flow: Flow, params: Any, seed: int | None) -> dict[str, Any]:
-    """The run's full parameters (defaults filled, seed applied), or :class:`RunRejected`."""
+def validate_params(flow: Flow, params: Any, seed: int | None,
+                    resolve: Callable[[str, str], Any] | None = None) -> dict[str, Any]:
+    """The run's full parameters (defaults filled, seed applied, references resolved), or :class:`RunRejected`."""
     if params is None:
         params = {}
     if not isinstance(params, Mapping):
@@ -62,8 +67,17 @@ def validate_params(flow: Flow, params: Any, seed: int | None) -> dict[str, Any]
                 )
             checked[name] = spec.default
             continue
+        given = values[name]
+        if resolve is not None and is_reference(given):
+            given = values[name] = resolve(name, given)
+        if spec.type is Artifact:
+            if not is_ref(given):
+                raise RunRejected(f"input {name!r} of flow {flow.name!r} takes an artifact; pass its digest "
+                                  "(sha256:…) or a run's output (@run:<id>.<output>)")
+            checked[name] = given
+            continue
         try:
-            value = spec.adapter().validate_python(values[name], strict=True)
+            value = spec.adapter().validate_python(given, strict=True)
         except ValidationError as exc:
             raise RunRejected(
                 f"input {name!r} of flow {flow.name!r} must be {spec.type_name}, got {values[name]!r} "
@@ -105,6 +119,7 @@ def flow_reference(flow: Flow) -> str | None:
 def submit_run(
     db: Database,
     registry: FlowRegistry,
+    artifacts: ArtifactStore,
     flow_or_name: Flow | str,
     *,
     engine: str,
@@ -125,7 +140,8 @@ def submit_run(
     if group is not None and (not isinstance(group, str) or not 0 < len(group) <= 64):
         raise RunRejected("group must be a non-empty string of at most 64 characters")
     flow = registry.resolve(flow_or_name)
-    values = validate_params(flow, params, seed)
+    values = validate_params(flow, params, seed,
+                             resolve=lambda name, value: resolve_reference(db, artifacts, name, value))
     if embedded_machines is not None:
         check_placeable(flow, embedded_machines)
     run = Run(

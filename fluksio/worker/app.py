@@ -8,6 +8,7 @@ from celery import Celery
 
 from fluksio.constants import DRIVE_TASK, DRIVERS_QUEUE
 from fluksio.driver.task import register_drive_task
+from fluksio.execution.interrupt import interrupt
 from fluksio.execution.task import register_call_task
 from fluksio.runs.runtime import Runtime
 from fluksio.settings import Settings
@@ -45,6 +46,6 @@ def create_app(settings: Settings, runtime: Runtime, **overrides: Any) -> Celery
     app = Celery("fluksio", set_as_current=False)
     app.conf.update(celery_config(settings), **overrides)
     app.fluksio_runtime = runtime  # type: ignore[attr-defined]
-    register_drive_task(app)
+    register_drive_task(app, interrupt_local=interrupt if settings.embedded else None)
     register_call_task(app)
     return app

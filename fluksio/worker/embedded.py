@@ -13,7 +13,10 @@ import logging
 import threading
 from collections import defaultdict
 
-from concurrent.futures import ThreadPoolExecutor
+import queue
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
 
 from celery import Celery
 from celery.concurrency.thread import TaskPool as ThreadTaskPool
@@ -48,8 +51,46 @@ def private_memory_transport() -> type[memory.Transport]:
     })
 
 
-def thread_pool_for(app: Celery) -> type[ThreadTaskPool]:
-    """Celery's thread pool, with ``app`` as the current app in its threads.
+class DaemonThreadExecutor:
+    """A fixed set of daemon threads taking work from a queue.
+
+    Unlike :class:`concurrent.futures.ThreadPoolExecutor`, neither closing it nor
+    the interpreter's exit waits for a call that never returns (a cancelled node
+    blocked in ``time.sleep(3600)``): such a thread is abandoned, not joined.
+    """
+
+    def __init__(self, max_workers: int, initializer: Callable[[], object], name: str) -> None:
+        self._work: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue())
+        self._initializer = initializer
+        self._threads = [threading.Thread(target=self._serve, name=f"{name}-{i}", daemon=True)
+                         for i in range(max_workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def _serve(self) -> None:
+        self._initializer()
+        while (item := self._work.get()) is not None:
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._work.put((future, fn, args))
+        return future
+
+    def shutdown(self, wait: bool = False, cancel_futures: bool = False) -> None:
+        for _ in self._threads:
+            self._work.put(None)
+
+
+def thread_pool_for(app: Celery, role: str) -> type[ThreadTaskPool]:
+    """Celery's thread pool on daemon threads, with ``app`` as the current app in its threads.
 
     Celery runs a task by looking its name up in the *current* app, which is
     thread-local and, in a pool thread, the default app (which knows none of our
@@ -60,7 +101,8 @@ def thread_pool_for(app: Celery) -> type[ThreadTaskPool]:
     class AppThreadPool(ThreadTaskPool):
         def __init__(self, *args: object, **kwargs: object) -> None:
             super().__init__(*args, **kwargs)
-            self.executor = ThreadPoolExecutor(max_workers=self.limit, initializer=app.set_current)
+            self.executor.shutdown(wait=False)  # the stock executor has started no thread yet
+            self.executor = DaemonThreadExecutor(self.limit, app.set_current, f"fluksio-{role}")
 
     return AppThreadPool
 
@@ -94,7 +136,7 @@ class EmbeddedWorkers:
     def _start(self, role: str, queues: list[str], concurrency: int, overrides: dict) -> None:
         app: Celery = create_app(self.runtime.settings, self.runtime, **overrides)
         controller = WorkController(
-            app=app, hostname=f"{role}@{self.runtime.machine}", pool_cls=thread_pool_for(app), concurrency=concurrency,
+            app=app, hostname=f"{role}@{self.runtime.machine}", pool_cls=thread_pool_for(app, role), concurrency=concurrency,
             queues=queues, without_heartbeat=True, without_mingle=True, without_gossip=True,
             loglevel="WARNING",
         )

@@ -99,3 +99,49 @@ def test_demo_runs_and_show_presents_its_loss_and_model(tmp_path: Path) -> None:
     assert "model.json" in shown and "sha256:" in shown
     logs = fluksio("show", run_id, "--logs", "fit", cwd=tmp_path)
     assert "fitted w=" in logs.stdout
+
+
+SWEPT = (
+    "from fluksio import Flow\n"
+    "flow = Flow('swept', inputs={'lr': float, 'seed': int}, outputs=['score'])\n"
+    "@flow.node(provides='score', streams=['loss'])\n"
+    "def fit(lr, seed, emit):\n"
+    "    emit('loss', lr + seed)\n"
+    "    return lr * 10 + seed\n"
+)
+
+
+def test_sweep_runs_the_grid_and_runs_group_shows_params_and_final_metrics(tmp_path: Path) -> None:
+    (tmp_path / "swept.py").write_text(SWEPT)
+    done = fluksio("sweep", "swept.py:flow", "-g", "lr=0.1,0.01", "--seeds", "1,2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    group = done.stderr.split("group ")[1].split(":")[0].strip()
+    listed = json.loads(fluksio("runs", "--group", group, "--json", cwd=tmp_path).stdout)
+    assert sorted((r["params"]["lr"], r["params"]["seed"]) for r in listed) == [(0.01, 1), (0.01, 2), (0.1, 1),
+                                                                                  (0.1, 2)]
+    assert {r["group_id"] for r in listed} == {group}
+    assert sorted(r["metrics"]["loss"] for r in listed) == [1.01, 1.1, 2.01, 2.1]
+    table = fluksio("runs", "--group", group, cwd=tmp_path).stdout
+    assert "loss" in table and "2.01" in table and '"lr": 0.01' in table
+
+
+def test_artifact_get_writes_the_bytes_and_refuses_a_bad_digest(tmp_path: Path) -> None:
+    done = fluksio("demo", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(fluksio("runs", "--json", cwd=tmp_path).stdout)[0]
+    digest = record["result"]["model"]["$artifact"]["digest"]
+    got = fluksio("artifact", "get", digest, "-o", "model.json", cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert set(json.loads((tmp_path / "model.json").read_text())) == {"w", "b"}
+    bad = fluksio("artifact", "get", "sha256:../../etc/passwd", "-o", "x", cwd=tmp_path)
+    assert bad.returncode == 2 and "is not an artifact digest" in bad.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_no_cache_runs_every_node_again(tmp_path: Path) -> None:
+    first = json.loads(fluksio("run", str(REPO / "examples/hello.py"), "--json", cwd=tmp_path).stdout)
+    cached = json.loads(fluksio("run", str(REPO / "examples/hello.py"), "--json", cwd=tmp_path).stdout)
+    fresh = json.loads(fluksio("run", str(REPO / "examples/hello.py"), "--json", "--no-cache", cwd=tmp_path).stdout)
+    assert {n["status"] for n in cached["nodes"]} == {"cached"}
+    assert {n["cached_from"] for n in cached["nodes"]} == {first["id"]}
+    assert {n["status"] for n in fresh["nodes"]} == {"ok"}

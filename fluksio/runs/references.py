@@ -1,0 +1,90 @@
+"""References in parameters: ``@run:<id>.<output>`` and ``sha256:<hex>``, resolved at submit.
+
+A reference is replaced by what it names before the run is journaled, so the
+run's row holds the value it actually used. Each failure names the parameter
+and what exists instead.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sqlalchemy import select
+
+from fluksio.artifacts.artifact import DIGEST_PATTERN, REF_KEY, find_refs
+from fluksio.artifacts.store import ArtifactStore
+from fluksio.errors import RunNotFound, RunRejected
+from fluksio.schemas import RunStatus
+from fluksio.store.db import Database
+from fluksio.store.models import RunArtifact
+from fluksio.store.runs import get_run, node_rows
+
+RUN_REFERENCE = re.compile(r"@run:(?P<run>[0-9A-Za-z]+)\.(?P<output>[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def is_reference(value: Any) -> bool:
+    return isinstance(value, str) and (value.startswith("@run:") or value.startswith("sha256:"))
+
+
+def resolve(db: Database, artifacts: ArtifactStore, name: str, value: str) -> Any:
+    """The value a reference stands for; :class:`RunRejected` saying why when it cannot be had."""
+    if value.startswith("@run:"):
+        return _run_output(db, artifacts, name, value)
+    return _artifact(db, artifacts, name, value)
+
+
+def _run_output(db: Database, artifacts: ArtifactStore, name: str, value: str) -> Any:
+    match = RUN_REFERENCE.fullmatch(value)
+    if match is None:
+        raise RunRejected(f"parameter {name!r}: {value!r} is not a run reference; write @run:<run id>.<output>")
+    try:
+        run = get_run(db, match["run"])
+    except RunNotFound:
+        raise RunRejected(f"parameter {name!r}: there is no run {match['run']!r} (see `fluksio runs`)") from None
+    output = match["output"]
+    made: dict[str, Any] = {}
+    for row in node_rows(db, run.id):
+        if row.status in ("ok", "cached") and row.outputs:
+            made.update(row.outputs)
+    if run.result and output in run.result:
+        made[output] = run.result[output]
+    if output in made:
+        found = made[output]
+        _check_bytes(artifacts, name, found)
+        return found
+    with db.read() as session:
+        made_artifact = session.scalars(
+            select(RunArtifact).where(RunArtifact.run_id == run.id,
+                                      (RunArtifact.message == output) | (RunArtifact.name == output))
+        ).first()
+    if made_artifact is not None:
+        return _artifact_ref(made_artifact, artifacts, name)
+    state = "" if run.status == RunStatus.OK.value else f" (it ended {run.status})"
+    listing = ", ".join(sorted(made)) or "none"
+    raise RunRejected(f"parameter {name!r}: run {run.id} made no output {output!r}{state}; "
+                      f"the outputs it did make: {listing}")
+
+
+def _artifact(db: Database, artifacts: ArtifactStore, name: str, value: str) -> dict[str, Any]:
+    if not DIGEST_PATTERN.fullmatch(value):
+        raise RunRejected(f"parameter {name!r}: {value!r} is not an artifact digest; expected 'sha256:' and "
+                          "64 lowercase hex characters")
+    with db.read() as session:
+        row = session.scalars(select(RunArtifact).where(RunArtifact.digest == value)).first()
+    if row is None:
+        raise RunRejected(f"parameter {name!r}: no run produced an artifact {value}")
+    return _artifact_ref(row, artifacts, name)
+
+
+def _artifact_ref(row: RunArtifact, artifacts: ArtifactStore, name: str) -> dict[str, Any]:
+    ref = {REF_KEY: {"digest": row.digest, "size": row.size, "media_type": row.media_type, "name": row.name}}
+    _check_bytes(artifacts, name, ref)
+    return ref
+
+
+def _check_bytes(artifacts: ArtifactStore, name: str, value: Any) -> None:
+    for ref in find_refs(value):
+        digest = ref[REF_KEY]["digest"]
+        if not artifacts.exists(digest):
+            raise RunRejected(f"parameter {name!r}: the bytes of artifact {digest} are gone from the store")

@@ -102,3 +102,14 @@ def leave_mark(tag: str) -> str:
     MARKS.mkdir(parents=True, exist_ok=True)
     (MARKS / f"{tag}.{time.time_ns()}").write_text("ran")
     return tag
+
+
+stuck = Flow("stuck", inputs={"tag": str}, outputs=["x"])
+
+
+@stuck.node(provides="x")
+def sleep_forever(tag: str) -> str:
+    MARKS.mkdir(parents=True, exist_ok=True)
+    (MARKS / f"{tag}.{os.getpid()}").write_text("started")
+    time.sleep(3600)
+    return tag

@@ -210,3 +210,38 @@ def test_kill_9_without_retries_fails_the_call_naming_the_machine(client: Client
     record = run.wait(timeout=60)
     assert record.status is RunStatus.ERROR
     assert "machine fragile-c was lost" in record.status_reason
+
+
+def test_a_repeated_run_is_restored_from_the_cache_across_processes(client: Client, cluster: Cluster) -> None:
+    first = client.submit(flows.marked, {"tag": "cached-dist"}).wait(timeout=60)
+    second = client.submit(flows.marked, {"tag": "cached-dist"}).wait(timeout=60)
+    assert first.status is RunStatus.OK and second.status is RunStatus.OK
+    assert second.nodes[0].status.value == "cached" and second.nodes[0].cached_from == first.id
+    assert len(list(cluster.marks.glob("cached-dist.*"))) == 1
+
+
+def test_cancel_kills_a_call_stuck_in_a_long_sleep(client: Client, cluster: Cluster) -> None:
+    import os
+
+    run = client.submit(flows.stuck, {"tag": "stuck-dist"})
+    wait_for_mark(cluster, "stuck-dist")
+    pid = int(next(cluster.marks.glob("stuck-dist.*")).suffix[1:])
+    machine = None
+    t0 = time.monotonic()
+    client.cancel(run.id)
+    record = run.wait(timeout=15)
+    assert record.status is RunStatus.CANCELLED
+    assert record.nodes[0].status.value == "cancelled"
+    machine = record.nodes[0].machine
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the pool process {pid} running the cancelled call is still alive")
+    assert time.monotonic() - t0 < 10
+    busy = {m["name"]: m["calls"] for m in client.placement()["machines"]}
+    assert busy[machine] == 0

@@ -13,7 +13,6 @@ from typing import Any
 
 from celery import Celery
 
-from fluksio.constants import DRIVE_TASK
 from fluksio.errors import ConfigError, RunRejected
 from fluksio.flows.flow import Flow
 from fluksio.runs.inbox import CANCEL
@@ -24,7 +23,7 @@ from fluksio.schemas import RunRecord, RunStatus
 from fluksio.settings import Settings, load_settings, redact_url
 from fluksio.store import runs as run_rows
 from fluksio.store.ids import new_run_id
-from fluksio.worker.app import create_app
+from fluksio.worker.app import create_app, send_drive, start_sweeper
 from fluksio.worker.embedded import EmbeddedWorkers
 
 #: First and longest pause between two looks at a run's row while waiting, in seconds.
@@ -83,6 +82,7 @@ class Client:
             self.runtime = Runtime.embedded(settings)
             self._workers = EmbeddedWorkers(self.runtime)
             self.app: Celery = self._workers.app
+            self._sweeper = start_sweeper(self.app, self.runtime)
         else:
             if not settings.broker_url.startswith(("redis://", "rediss://")):
                 raise ConfigError(f"FLUKSIO_BROKER_URL={redact_url(settings.broker_url)}: only redis:// and "
@@ -113,8 +113,23 @@ class Client:
             embedded_machines=self.runtime.placer.machines() if self.settings.embedded else None,
         )
         if created:
-            self.app.send_task(DRIVE_TASK, args=[run.id], shadow=f"drive {run.flow}")
+            send_drive(self.app, run.id, run.flow)
         return RunHandle(self, run.id, created)
+
+    def resume(self, run_id: str) -> RunHandle:
+        """Re-drive a run that ended ``error``, ``cancelled`` or ``abandoned``, under the same id.
+
+        Nodes that succeeded before are restored from their rows; only the rest run. The run's row
+        records that it was resumed and from what status.
+        """
+        self._check_open()
+        run = run_rows.get_run(self.runtime.db, run_id)
+        if self.settings.embedded:
+            self.runtime.registry.get(run.flow)  # the driver here must be able to load it
+        run_rows.resume(self.runtime.db, run.id)
+        self.runtime.inbox.close(run.id)
+        send_drive(self.app, run.id, run.flow)
+        return RunHandle(self, run.id)
 
     def sweep(
         self,
@@ -177,6 +192,7 @@ class Client:
                 return
             self._closed = True
         if self._workers is not None:
+            self._sweeper.stop()
             self._workers.stop()
         self.runtime.close()
 

@@ -41,3 +41,11 @@ class NodeFailed(FluksioError):
 
 class PlacementError(FluksioError):
     """A request can never be placed (e.g. an unknown machine)."""
+
+
+class StoreUnavailable(FluksioError):
+    """The run store could not be reached for longer than the configured outage bound."""
+
+
+class BrokerUnavailable(FluksioError):
+    """The broker (Redis) could not be reached for longer than the configured outage bound."""

@@ -112,4 +112,7 @@ class RunRecord(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     duration_ms: int | None = None
+    #: How often the run was resumed, and the status it was last resumed from.
+    resume_count: int = 0
+    resumed_from: RunStatus | None = None
     nodes: list[NodeRecord] = Field(default_factory=list)

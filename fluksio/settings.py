@@ -65,6 +65,12 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = Field(default=2.0, gt=0)
     #: A machine whose heartbeat is older than this is gone (its calls are lost), in seconds.
     heartbeat_ttl_s: float = Field(default=10.0, gt=0)
+    #: How long store writes are retried while the database is unreachable, in seconds.
+    db_outage_s: float = Field(default=30.0, ge=0)
+    #: How long a driver keeps retrying while the broker is unreachable, in seconds.
+    broker_outage_s: float = Field(default=60.0, ge=0)
+    #: Resume abandoned runs automatically (else they stay ``abandoned`` until `fluksio resume`).
+    auto_resume: bool = False
     #: Idle poll of kombu's memory transport, in seconds (its default, 1 s, costs a second per hop).
     memory_polling_interval_s: float = Field(default=0.001, gt=0)
     #: Captured logs kept per node call, in characters.

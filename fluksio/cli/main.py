@@ -197,6 +197,32 @@ def show(run_id: str, logs_of: str | None, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("run_id")
+@click.option("--detach", is_flag=True, help="Return at once (distributed mode).")
+@click.option("--json", "as_json", is_flag=True)
+def resume(run_id: str, detach: bool, as_json: bool) -> None:
+    """Re-drive a run that ended error, cancelled or abandoned: succeeded nodes are kept, the rest run."""
+    with _client() as client:
+        if detach and client.settings.embedded:
+            raise click.UsageError("--detach needs a shared broker; the embedded default runs inside this command")
+        handle = client.resume(run_id)
+        record = client.get(handle.id)
+        if detach:
+            click.echo(handle.id)
+            return
+        if not as_json:
+            render.console(stderr=True).print(f"run [bold]{handle.id}[/bold] resumed from {record.resumed_from}")
+        names = client.runtime.registry.names()
+        total = len(client.runtime.registry.get(record.flow).nodes) if record.flow in names else len(
+            {n.node for n in record.nodes})
+        try:
+            _wait_live(client, handle, total, None, quiet=as_json)
+        except KeyboardInterrupt:
+            sys.exit(EXIT_INTERRUPTED)
+        _finish(client, handle.id, as_json)
+
+
+@cli.command()
+@click.argument("run_id")
 def cancel(run_id: str) -> None:
     """Cancel a run: a queued one never starts, a running one stops scheduling."""
     with _client() as client:
@@ -308,6 +334,15 @@ def upgrade() -> None:
     database.upgrade()
     click.echo(f"run store at revision {database.current_revision()} (was {before or 'empty'})")
     database.dispose()
+
+
+from fluksio.cli.flower import flower  # noqa: E402
+from fluksio.cli.plot import plot  # noqa: E402
+from fluksio.cli.watch import watch  # noqa: E402
+
+cli.add_command(flower)
+cli.add_command(watch)
+cli.add_command(plot)
 
 
 def main() -> None:

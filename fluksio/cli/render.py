@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console, Group
@@ -14,6 +19,10 @@ from fluksio.schemas import RunRecord
 STATUS_STYLE = {
     "ok": "green", "cached": "cyan", "running": "yellow", "queued": "blue", "error": "red",
     "skipped": "dim", "cancelled": "magenta", "abandoned": "red",
+}
+EVENT_STYLE = {
+    "run_queued": "blue", "run_started": "bold", "node_queued": "blue", "node_started": "yellow",
+    "node_finished": "green", "run_finished": "bold",
 }
 
 
@@ -112,14 +121,153 @@ def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], a
     return Group(*parts)
 
 
-def progress_line(record: RunRecord, total: int, latest: dict[str, tuple[int, float]]) -> Text:
-    done = sum(1 for n in record.nodes if n.status.value in ("ok", "cached", "error", "skipped", "cancelled"))
-    text = Text.assemble(styled(record.status.value), f"  {done}/{total} nodes done")
-    if record.status_reason and not record.status.is_terminal():
-        text.append(f"  · {record.status_reason}", style="yellow")
-    for name, (step, value) in sorted(latest.items()):
-        text.append(f"  · {name}={value:.4g} (step {step})", style="cyan")
+def progress_line(record: RunRecord, total: int, latest: dict[str, tuple[int, float]]) -> Group:
+    """The live display without events: counts, the run's reason and metrics (see :func:`progress_view`)."""
+    return progress_view(record, total, latest)
+
+
+def progress_view(record: RunRecord, total: int, latest: dict[str, tuple[int, float]],
+                  activity: RunActivity | None = None, now: float | None = None) -> Group:
+    """What ``fluksio run`` redraws while it waits: nodes done/total, what runs where, what waits and why,
+    and the newest value of each metric. ``activity`` (fed with the run's events) knows the running
+    and waiting nodes; without it the run's ``status_reason`` stands in for the waiting ones."""
+    now = time.time() if now is None else now
+    running, waiting = activity.snapshot() if activity is not None else ({}, {})
+    parts: list[Any] = [progress_header(record, total, running, now)]
+    if running or waiting:
+        parts.append(activity_table(running, waiting, now))
+    elif record.status_reason and not record.status.is_terminal():
+        parts.append(Text(f"  waiting: {record.status_reason}", style="yellow"))
+    if latest:
+        parts.append(metrics_line(latest))
+    return Group(*parts)
+
+
+def nodes_done(record: RunRecord, running: Mapping[str, Any] | None = None) -> int:
+    """Nodes with a final row; a node that failed and is running again (a retry) is not done."""
+    return len({n.node for n in record.nodes} - set(running or ()))
+
+
+def progress_header(record: RunRecord, total: int, running: Mapping[str, Any], now: float) -> Text:
+    done = nodes_done(record, running)
+    text = Text.assemble(styled(record.status.value), "  ", (f"{done}/{total}", "bold"), " nodes done")
+    if running:
+        text.append(f" · {len(running)} running")
+    if record.started_at is not None:
+        end = record.finished_at.timestamp() if record.finished_at is not None else now
+        text.append(f" · {end - record.started_at.timestamp():.1f}s", style="dim")
     return text
+
+
+def activity_table(running: Mapping[str, RunningCall], waiting: Mapping[str, str], now: float) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column()
+    for node, call in sorted(running.items()):
+        where = f"on {call.machine}" + (f" · gpus {','.join(map(str, call.gpus))}" if call.gpus else "")
+        attempt = f" · attempt {call.attempt}" if call.attempt > 1 else ""
+        table.add_row(Text("  ▶ running", style="yellow"), node,
+                      Text(f"{where} · {max(0.0, now - call.since):.1f}s{attempt}"))
+    for node, reason in sorted(waiting.items()):
+        table.add_row(Text("  ⏸ waiting", style="blue"), node, Text(reason, style="yellow"))
+    return table
+
+
+def metrics_line(latest: Mapping[str, tuple[int, float]]) -> Text:
+    text = Text("  ")
+    for index, (name, (step, value)) in enumerate(sorted(latest.items())):
+        if index:
+            text.append(" · ", style="dim")
+        text.append(name, style="cyan")
+        text.append(f" {value:.4g}")
+        text.append(f" (step {step})", style="dim")
+    return text
+
+
+@dataclass(frozen=True)
+class RunningCall:
+    machine: str
+    gpus: tuple[int, ...]
+    attempt: int
+    #: When the call started, in seconds since the epoch (the event's time).
+    since: float
+
+
+class RunActivity:
+    """What one run's events say is happening now: which nodes run where, which wait and why.
+
+    Feed it every event (:meth:`observe` ignores other runs'); it is called from
+    the events' thread and read from the display's, hence the lock.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._running: dict[str, RunningCall] = {}
+        self._waiting: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, event: Mapping[str, Any]) -> None:
+        node = event.get("node")
+        if event.get("run_id") != self.run_id or not node:
+            return
+        kind = event.get("event")
+        with self._lock:
+            if kind == "node_queued":
+                self._waiting[node] = str(event.get("reason") or "waiting for a machine")
+            elif kind == "node_started":
+                self._waiting.pop(node, None)
+                self._running[node] = RunningCall(str(event.get("machine") or "?"), tuple(event.get("gpus") or ()),
+                                                  int(event.get("attempt") or 1), float(event.get("at") or time.time()))
+            elif kind == "node_finished":
+                self._waiting.pop(node, None)
+                self._running.pop(node, None)
+
+    def snapshot(self) -> tuple[dict[str, RunningCall], dict[str, str]]:
+        with self._lock:
+            return dict(self._running), dict(self._waiting)
+
+
+def event_line(event: Mapping[str, Any]) -> Text:
+    """One event as one line: time, kind, run, node, and what happened (``fluksio watch``)."""
+    at = event.get("at")
+    clock = datetime.fromtimestamp(at).strftime("%H:%M:%S.%f")[:-3] if isinstance(at, (int, float)) else "--:--:--"
+    kind = str(event.get("event", "?"))
+    text = Text.assemble((clock, "dim"), "  ", (f"{kind:<13}", EVENT_STYLE.get(kind, "")), "  ",
+                         str(event.get("run_id", "?")))
+    subject = event.get("node") or event.get("flow")
+    if subject:
+        text.append(f"  {subject}", style="bold")
+    detail = event_detail(kind, event)
+    if detail:
+        text.append("  ")
+        text.append_text(detail)
+    return text
+
+
+def event_detail(kind: str, event: Mapping[str, Any]) -> Text:
+    status = str(event.get("status") or "")
+    if kind in ("node_queued", "run_queued"):
+        return Text(f"waits: {event.get('reason') or '?'}", style="yellow")
+    if kind == "node_started":
+        gpus = event.get("gpus") or []
+        return Text(f"on {event.get('machine')}" + (f" · gpus {','.join(map(str, gpus))}" if gpus else "")
+                    + f" · attempt {event.get('attempt', 1)}")
+    if kind == "node_finished":
+        text = styled(status)
+        if event.get("cached_from"):
+            text.append(f" · from run {event['cached_from']}")
+        elif event.get("machine"):
+            text.append(f" on {event['machine']}")
+        if event.get("error"):
+            text.append(f" · {short(str(event['error']).splitlines()[0], 100)}", style="red")
+        return text
+    if kind == "run_finished":
+        text = styled(status)
+        if event.get("reason"):
+            text.append(f" · {short(str(event['reason']), 120)}", style="dim")
+        return text
+    return Text("")
 
 
 def console(stderr: bool = False) -> Console:

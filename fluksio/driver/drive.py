@@ -27,6 +27,7 @@ from fluksio.runs.runtime import Runtime
 from fluksio.schemas import DevicePolicy, Grant, NodeStatus, RunStatus
 from fluksio.store import runs as run_rows
 from fluksio.store.models import RunArtifact, RunNode
+from fluksio.settings import redact_url
 from fluksio.store.nodes import record_node
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,26 @@ class Driver:
         self.code_digest = code_digest
         self.use_cache = use_cache
         self.cache_keys: dict[str, str | None] = {}
+        #: Per node, the attempt number this drive started from (a resumed run continues the count).
+        self.first_attempt: dict[str, int] = {}
+        self.lost_run = False
+        self._restore_earlier_rows()
+
+    def _restore_earlier_rows(self) -> None:
+        """A resumed run: nodes that succeeded before are restored from their rows; the rest run again."""
+        latest: dict[str, RunNode] = {}
+        for row in run_rows.node_rows(self.rt.db, self.run_id):
+            if row.node in self.flow.nodes and (row.node not in latest or row.attempt >= latest[row.node].attempt):
+                latest[row.node] = row
+        for node in self.flow.order:
+            row = latest.get(node)
+            if row is None:
+                continue
+            if row.status in (NodeStatus.OK.value, NodeStatus.CACHED.value) and node in self.walk.ready():
+                self.walk.start(node)
+                self.walk.complete(node, row.outputs or {})
+            else:
+                self.attempts[node] = self.first_attempt[node] = row.attempt + 1
 
     def run(self) -> None:
         def wake() -> None:
@@ -130,10 +151,11 @@ class Driver:
         self.rt.placer.add_listener(wake)
         try:
             self._loop()
-            self._finish()
+            if not self.lost_run:
+                self._finish()
         except Exception as exc:
             log.exception("driver of run %s failed", self.run_id)
-            self._abort(f"the driver failed: {type(exc).__name__}: {exc}")
+            self._abort(self._describe_failure(exc))
         finally:
             self.rt.placer.remove_listener(wake)
             for node in self.waiting:
@@ -159,7 +181,14 @@ class Driver:
                 self._check_machines()
             if now >= next_lease:
                 next_lease = now + settings.lease_interval_s
-                if run_rows.refresh_lease(self.rt.db, self.run_id):
+                held, cancel = run_rows.refresh_lease(self.rt.db, self.run_id)
+                if not held:
+                    # A sweeper declared us dead (the store was unreachable past the stale limit);
+                    # the run is someone else's now.
+                    log.warning("run %s is no longer ours (marked abandoned); stopping", self.run_id)
+                    self.lost_run = True
+                    return
+                if cancel:
                     self._cancel()
                     continue
             if message is None:
@@ -306,7 +335,8 @@ class Driver:
             self.walk.complete(node, message.get("outputs") or {})
             return
         self.errors[node] = message.get("error") or "failed"
-        if message["attempt"] <= spec.retries and not self.cancelled:
+        tries = message["attempt"] - self.first_attempt.get(node, 1) + 1
+        if tries <= spec.retries and not self.cancelled:
             self.attempts[node] = message["attempt"] + 1
             self.walk.state[node] = NodeState.PENDING
             return
@@ -324,7 +354,8 @@ class Driver:
             self._completed({"kind": DONE, "call_id": call_id, "node": node,
                              "attempt": self.attempts.get(node, 1), "status": "error", "machine": grant.machine,
                              "gpus": list(grant.gpus), "started_at": None, "finished_at": now,
-                             "error": f"machine {grant.machine} was lost while running the call"})
+                             "error": f"machine {grant.machine} was lost while running the call (its heartbeat "
+                                      f"is gone from {redact_url(self.rt.settings.broker_url)})"})
 
     def _record_bare(self, node: str, status: NodeStatus, error: str | None, grant: Grant | None = None) -> None:
         now = run_rows.utcnow()
@@ -366,6 +397,13 @@ class Driver:
         run_rows.finish(self.rt.db, self.run_id, status, reason, result)
         self.rt.events.publish("run_finished", run_id=self.run_id, flow=self.flow.name, status=status.value,
                                reason=reason)
+
+    def _describe_failure(self, exc: Exception) -> str:
+        if type(exc).__module__.split(".")[0] in ("redis", "kombu", "amqp"):
+            broker = redact_url(self.rt.settings.broker_url)
+            return f"lost the broker {broker} for longer than {self.rt.settings.broker_outage_s:g} s: " \
+                   f"{type(exc).__name__}: {exc}"
+        return f"the driver failed: {type(exc).__name__}: {exc}"
 
     def _abort(self, reason: str) -> None:
         for call_id, (_node, grant) in list(self.in_flight.items()):

@@ -18,6 +18,16 @@ from fluksio.constants import EVENTS_CHANNEL
 
 log = logging.getLogger(__name__)
 
+#: The kinds of event published; each carries ``run_id``, the node events also ``node``.
+KINDS = ("run_queued", "run_started", "node_queued", "node_started", "node_finished", "run_finished")
+#: Longest a subscriber thread blocks on Redis before looking whether it was told to stop, in seconds.
+POLL_S = 0.25
+#: Longest wait for Redis to confirm a subscription, in seconds.
+SUBSCRIBE_TIMEOUT_S = 10.0
+
+Callback = Callable[[dict[str, Any]], None]
+Unsubscribe = Callable[[], None]
+
 
 class Events(ABC):
     def publish(self, kind: str, **fields: Any) -> None:
@@ -30,15 +40,31 @@ class Events(ABC):
     @abstractmethod
     def _send(self, event: dict[str, Any]) -> None: ...
 
+    def subscribe(self, callback: Callback) -> Unsubscribe:
+        """Call ``callback(event)`` for every event published from now on, until the returned function is called.
+
+        The callback may run on another thread; it must be quick and must not raise.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot be subscribed to")
+
 
 class MemoryEvents(Events):
+    """Events of one process (the embedded default): seen only by subscribers in that process."""
+
     def __init__(self) -> None:
-        self._subscribers: list[Callable[[dict[str, Any]], None]] = []
+        self._subscribers: list[Callback] = []
         self._lock = threading.Lock()
 
-    def subscribe(self, callback: Callable[[dict[str, Any]], None]) -> None:
+    def subscribe(self, callback: Callback) -> Unsubscribe:
         with self._lock:
             self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
 
     def _send(self, event: dict[str, Any]) -> None:
         with self._lock:
@@ -48,8 +74,92 @@ class MemoryEvents(Events):
 
 
 class RedisEvents(Events):
+    """Events on the Redis channel :data:`EVENTS_CHANNEL`, seen by every host of the installation."""
+
     def __init__(self, client: Any) -> None:
         self.redis = client
 
     def _send(self, event: dict[str, Any]) -> None:
         self.redis.publish(EVENTS_CHANNEL, json.dumps(event))
+
+    def stream(self) -> EventStream:
+        """A subscription that starts now (events published before this call are not seen)."""
+        return EventStream(self.redis)
+
+    def subscribe(self, callback: Callback) -> Unsubscribe:
+        stream = self.stream()
+        stop = threading.Event()
+
+        def pump() -> None:
+            try:
+                while not stop.is_set():
+                    event = stream.next(POLL_S)
+                    if event is not None and not stop.is_set():
+                        callback(event)
+            except Exception:  # a watcher that loses Redis stops watching; the run goes on
+                log.warning("stopped following events", exc_info=True)
+            finally:
+                stream.close()
+
+        thread = threading.Thread(target=pump, name="fluksio-events", daemon=True)
+        thread.start()
+
+        def unsubscribe() -> None:
+            stop.set()
+            thread.join(POLL_S * 4)
+
+        return unsubscribe
+
+
+class EventStream:
+    """One subscription to :data:`EVENTS_CHANNEL`: ``next(timeout_s)`` until ``close()``.
+
+    Pub/sub keeps no history: a subscriber sees what is published while it is
+    subscribed, so subscribe first, then read whatever state it must not miss.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._pubsub = client.pubsub()
+        self._pubsub.subscribe(EVENTS_CHANNEL)
+        try:
+            self._await_confirmation()
+        except BaseException:
+            self._pubsub.close()
+            raise
+
+    def _await_confirmation(self) -> None:
+        # Return only once Redis has confirmed: a caller that reads a run's row next must not miss
+        # an event published between sending SUBSCRIBE and Redis acting on it.
+        deadline = time.monotonic() + SUBSCRIBE_TIMEOUT_S
+        while time.monotonic() < deadline:
+            message = self._pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
+            if message is not None and message.get("type") == "subscribe":
+                return
+        raise TimeoutError(f"Redis did not confirm the subscription to {EVENTS_CHANNEL} "
+                           f"within {SUBSCRIBE_TIMEOUT_S:g} s")
+
+    def next(self, timeout_s: float) -> dict[str, Any] | None:
+        """The next event, or ``None`` when none came within ``timeout_s`` seconds."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            message = self._pubsub.get_message(timeout=max(0.0, left))
+            if message is not None and message.get("type") == "message":
+                try:
+                    event = json.loads(message["data"])
+                except ValueError:
+                    log.warning("ignoring a message on %s that is not JSON", EVENTS_CHANNEL)
+                else:
+                    if isinstance(event, dict):
+                        return event
+            if left <= 0:
+                return None
+
+    def close(self) -> None:
+        self._pubsub.close()
+
+    def __enter__(self) -> EventStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -7,7 +7,6 @@ through a channel that may drop them) in a few statements per call.
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from numbers import Real
@@ -16,14 +15,11 @@ from fluksio.store.db import Database
 from fluksio.store.metrics import read_metrics, upsert_metrics
 from fluksio.store.runs import node_rows
 
-log = logging.getLogger(__name__)
 
 #: Buffered rows that trigger a write.
 FLUSH_ROWS = 5_000
 #: Longest time a buffered row waits for a write, in seconds (so `fluksio run` shows live values).
 FLUSH_INTERVAL_S = 0.5
-#: Attempts of one batch write before the node fails rather than lose rows.
-WRITE_ATTEMPTS = 5
 
 
 def is_metric(value: object) -> bool:
@@ -56,16 +52,8 @@ class MetricSink:
         self._last_flush = time.monotonic()
         if not rows:
             return
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
-            try:
-                self.statements += upsert_metrics(self.db, rows)
-                return
-            except Exception:
-                if attempt == WRITE_ATTEMPTS:
-                    raise
-                log.warning("metric write failed (attempt %d of %d); retrying", attempt, WRITE_ATTEMPTS,
-                            exc_info=True)
-                time.sleep(0.05 * 2**attempt)
+        # upsert_metrics retries through a database outage; past that the node fails rather than lose rows.
+        self.statements += upsert_metrics(self.db, rows)
 
 
 def series_of(db: Database, run_id: str) -> dict[str, list[tuple[int, float]]]:

@@ -54,7 +54,17 @@ class Runtime:
 
         from fluksio.placement.redis import RedisBooks
 
-        client = redis.Redis.from_url(settings.broker_url, socket_keepalive=True, health_check_interval=30)
+        from redis.backoff import ExponentialBackoff
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+        from redis.retry import Retry
+
+        # Every command retries through a broker outage (a restart, say) for about broker_outage_s.
+        retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=int(settings.broker_outage_s) + 5)
+        client = redis.Redis.from_url(
+            settings.broker_url, socket_keepalive=True, socket_connect_timeout=5, health_check_interval=30,
+            retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError],
+        )
         books = RedisBooks(client, settings.heartbeat_ttl_s)
         return cls(settings=settings, db=_database(settings), artifacts=LocalArtifactStore(settings.artifacts_dir),
                    registry=_registry(settings), placer=Placer(books), inbox=RedisInbox(client),
@@ -64,7 +74,7 @@ class Runtime:
     @classmethod
     def standalone(cls, settings: Settings) -> Runtime:
         """Just the store, artifacts and flows: for a child process that runs one node call."""
-        return cls(settings=settings, db=Database(settings.database_url),
+        return cls(settings=settings, db=Database(settings.database_url, outage_s=settings.db_outage_s),
                    artifacts=LocalArtifactStore(settings.artifacts_dir), registry=_registry(settings),
                    placer=Placer(), inbox=MemoryInbox(), ledger=MemoryLedger(), events=MemoryEvents())
 
@@ -74,7 +84,7 @@ class Runtime:
 
 
 def _database(settings: Settings) -> Database:
-    db = Database(settings.database_url)
+    db = Database(settings.database_url, outage_s=settings.db_outage_s)
     db.upgrade()
     return db
 

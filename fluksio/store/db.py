@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -14,11 +17,13 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from fluksio.errors import ConfigError
+from fluksio.errors import ConfigError, StoreUnavailable
 from fluksio.settings import redact_url
+
+T = TypeVar("T")
 
 #: Where Alembic finds our migrations (a package resource, so it works when installed).
 MIGRATIONS = "fluksio.store:migrations"
@@ -26,6 +31,43 @@ MIGRATIONS = "fluksio.store:migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 _upgrade_lock = threading.Lock()
+log = logging.getLogger(__name__)
+
+
+def _transient(exc: DBAPIError) -> bool:
+    """A lost connection, a server restarting, a busy SQLite file: worth trying again."""
+    return exc.connection_invalidated or isinstance(exc, (OperationalError, InterfaceError))
+
+
+def retried(fn: Callable[..., T]) -> Callable[..., T]:
+    """Retry a store function (its first argument a :class:`Database`) through a brief outage.
+
+    Gives up with :class:`StoreUnavailable` after ``db.outage_s`` seconds; any
+    other database error is raised at once.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(db: Database, *args: Any, **kwargs: Any) -> T:
+        deadline = None
+        pause = 0.05
+        while True:
+            try:
+                return fn(db, *args, **kwargs)
+            except DBAPIError as exc:
+                if not _transient(exc):
+                    raise
+                now = time.monotonic()
+                deadline = deadline or now + db.outage_s
+                if now >= deadline:
+                    raise StoreUnavailable(
+                        f"the run store at {redact_url(str(db.url))} was unreachable for {db.outage_s:g} s: "
+                        f"{type(exc.orig).__name__}: {str(exc.orig).strip().splitlines()[0] if exc.orig else exc}"
+                    ) from None
+                log.warning("run store unreachable (%s); retrying %s", type(exc.orig).__name__, fn.__name__)
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
+    return wrapper
 
 
 class Database:
@@ -35,7 +77,9 @@ class Database:
     the busy timeout instead of one failing when its read lock cannot be upgraded.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, outage_s: float = 30.0) -> None:
+        #: How long :func:`retried` store functions keep trying through a lost connection, in seconds.
+        self.outage_s = outage_s
         try:
             self.url = make_url(url)
         except ArgumentError:

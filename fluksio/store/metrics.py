@@ -8,13 +8,14 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from fluksio.store.db import Database
+from fluksio.store.db import Database, retried
 from fluksio.store.models import RunMetric
 
 #: Rows per INSERT statement; SQLite allows 32,766 bound parameters and each row binds 4.
 ROWS_PER_STATEMENT = 2_000
 
 
+@retried
 def upsert_metrics(db: Database, rows: Sequence[tuple[str, str, int, float]]) -> int:
     """Write ``(run_id, name, step, value)`` rows; a repeated key keeps the newest value.
 
@@ -40,6 +41,7 @@ def upsert_metrics(db: Database, rows: Sequence[tuple[str, str, int, float]]) ->
     return statements
 
 
+@retried
 def read_metrics(db: Database, run_id: str) -> dict[str, list[tuple[int, float]]]:
     series: dict[str, list[tuple[int, float]]] = {}
     with db.read() as session:
@@ -52,6 +54,7 @@ def read_metrics(db: Database, run_id: str) -> dict[str, list[tuple[int, float]]
     return series
 
 
+@retried
 def latest_metrics(db: Database, run_id: str) -> dict[str, tuple[int, float]]:
     """Each series' newest point, ``{name: (step, value)}``: what a progress display shows."""
     newest = (

@@ -78,6 +78,10 @@ class Run(Base):
     no_cache: Mapped[bool] = mapped_column(Boolean, default=False)
     #: Set by ``cancel`` on a running run; the driver stops scheduling when it sees it.
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: How many times the run was resumed, and the status it was resumed from the last time.
+    resume_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    resumed_from: Mapped[str | None] = mapped_column(String(16))
+    resumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (Index("ix_runs_status_lease", "status", "lease_at"),)
 

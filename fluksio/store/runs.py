@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from fluksio.errors import RunNotFound
+from fluksio.errors import RunNotFound, RunRejected
 from fluksio.schemas import NodeRecord, NodeStatus, RunRecord, RunStatus
-from fluksio.store.db import Database
+from fluksio.store.db import Database, retried
 from fluksio.store.models import Run, RunNode
-from fluksio.store.status import allowed_from
+from fluksio.store.status import RESUMABLE, allowed_from
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+@retried
 def insert_run(db: Database, run: Run) -> tuple[Run, bool]:
     """Journal a new run. With an idempotency key already used, return that run and ``False``."""
     try:
@@ -35,11 +36,13 @@ def insert_run(db: Database, run: Run) -> tuple[Run, bool]:
         return existing, False
 
 
+@retried
 def find_by_idempotency_key(db: Database, key: str) -> Run | None:
     with db.read() as session:
         return session.scalar(select(Run).where(Run.idempotency_key == key))
 
 
+@retried
 def transition(db: Database, run_id: str, target: RunStatus, **values: Any) -> bool:
     """Move a run to ``target`` if the transition table allows it from its current status.
 
@@ -54,6 +57,7 @@ def transition(db: Database, run_id: str, target: RunStatus, **values: Any) -> b
         return result.rowcount == 1
 
 
+@retried
 def claim(db: Database, run_id: str, code_digest: str | None) -> bool:
     """``queued → running``; exactly one of several claimers gets ``True``."""
     now = utcnow()
@@ -67,20 +71,64 @@ def claim(db: Database, run_id: str, code_digest: str | None) -> bool:
         return result.rowcount == 1
 
 
-def refresh_lease(db: Database, run_id: str) -> bool:
-    """Extend the lease; also reports whether a cancel was requested."""
+@retried
+def refresh_lease(db: Database, run_id: str) -> tuple[bool, bool]:
+    """Extend the lease. Returns (still ours: the run is still ``running``; a cancel was requested)."""
     with db.write() as session:
-        session.execute(
+        held = session.execute(
             update(Run).where(Run.id == run_id, Run.status == RunStatus.RUNNING.value).values(lease_at=utcnow())
-        )
-        return bool(session.scalar(select(Run.cancel_requested).where(Run.id == run_id)))
+        ).rowcount == 1
+        return held, bool(session.scalar(select(Run.cancel_requested).where(Run.id == run_id)))
 
 
+@retried
+def abandon_stale(db: Database, stale_after_s: float) -> list[str]:
+    """Mark ``abandoned`` every running run whose lease is older than ``stale_after_s``; returns their ids.
+
+    Safe to call from several sweepers at once: the guarded UPDATE lets each run be taken by one.
+    """
+    now = utcnow()
+    cutoff = now - timedelta(seconds=stale_after_s)
+    with db.write() as session:
+        stale = session.scalars(
+            update(Run)
+            .where(Run.status == RunStatus.RUNNING.value, Run.lease_at < cutoff)
+            .values(status=RunStatus.ABANDONED.value, finished_at=now,
+                    status_reason=f"its driver stopped refreshing the lease (none for over {stale_after_s:g} s); "
+                                  "`fluksio resume` re-drives it")
+            .returning(Run.id)
+        ).all()
+        return list(stale)
+
+
+@retried
+def resume(db: Database, run_id: str) -> RunStatus:
+    """Send a run that did not end ``ok`` back to ``queued``; returns the status it was resumed from."""
+    run = get_run(db, run_id)
+    previous = RunStatus(run.status)
+    if previous not in RESUMABLE:
+        hint = "it finished ok; submit it again to rerun" if previous is RunStatus.OK else "it has not ended"
+        raise RunRejected(f"run {run.id} is {previous.value}: nothing to resume ({hint})")
+    with db.write() as session:
+        moved = session.execute(
+            update(Run)
+            .where(Run.id == run.id, Run.status == previous.value)
+            .values(status=RunStatus.QUEUED.value, resumed_from=previous.value, resumed_at=utcnow(),
+                    resume_count=Run.resume_count + 1, cancel_requested=False, finished_at=None, result=None,
+                    duration_ms=None, status_reason=f"resumed from {previous.value}")
+        ).rowcount
+    if not moved:
+        raise RunRejected(f"run {run.id} changed status while being resumed; look at it again")
+    return previous
+
+
+@retried
 def set_reason(db: Database, run_id: str, reason: str | None) -> None:
     with db.write() as session:
         session.execute(update(Run).where(Run.id == run_id).values(status_reason=reason))
 
 
+@retried
 def finish(db: Database, run_id: str, status: RunStatus, reason: str | None, result: dict[str, Any] | None) -> bool:
     with db.read() as session:
         started = session.scalar(select(Run.started_at).where(Run.id == run_id))
@@ -89,6 +137,7 @@ def finish(db: Database, run_id: str, status: RunStatus, reason: str | None, res
     return transition(db, run_id, status, status_reason=reason, result=result, finished_at=now, duration_ms=duration)
 
 
+@retried
 def request_cancel(db: Database, run_id: str, reason: str) -> RunStatus:
     """Cancel a queued run outright, or flag a running one for its driver. Returns the status after."""
     run = get_run(db, run_id)
@@ -108,6 +157,7 @@ def request_cancel(db: Database, run_id: str, reason: str) -> RunStatus:
     return RunStatus(get_run(db, run.id).status)
 
 
+@retried
 def get_run(db: Database, run_id: str) -> Run:
     """A run by id or by a unique prefix of its id."""
     with db.read() as session:
@@ -125,6 +175,7 @@ def get_run(db: Database, run_id: str) -> Run:
     raise RunNotFound(f"no run {run_id!r}; `fluksio runs` lists them")
 
 
+@retried
 def list_runs(
     db: Database, flow: str | None = None, status: str | None = None, group: str | None = None, limit: int = 50
 ) -> list[Run]:
@@ -139,6 +190,7 @@ def list_runs(
         return list(session.scalars(query))
 
 
+@retried
 def node_rows(db: Database, run_id: str) -> list[RunNode]:
     with db.read() as session:
         return list(session.scalars(select(RunNode).where(RunNode.run_id == run_id).order_by(RunNode.id)))
@@ -149,7 +201,8 @@ def to_record(run: Run, nodes: list[RunNode]) -> RunRecord:
         id=run.id, flow=run.flow, status=RunStatus(run.status), status_reason=run.status_reason,
         params=run.params or {}, seed=run.seed, group_id=run.group_id, result=run.result,
         code_digest=run.code_digest, created_at=run.created_at, started_at=run.started_at,
-        finished_at=run.finished_at, duration_ms=run.duration_ms,
+        finished_at=run.finished_at, duration_ms=run.duration_ms, resume_count=run.resume_count or 0,
+        resumed_from=RunStatus(run.resumed_from) if run.resumed_from else None,
         nodes=[
             NodeRecord(
                 node=n.node, status=NodeStatus(n.status), machine=n.machine, gpus=list(n.gpus or []),

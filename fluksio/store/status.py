@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from fluksio.schemas import RunStatus
 
-#: Which statuses a run may move to from each status. Terminal statuses move only by resume.
+#: Which statuses a run may move to from each status. A run that did not end ``ok`` may go back to
+#: ``queued`` only by being resumed; ``ok`` is final.
 TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.ERROR}),
     RunStatus.RUNNING: frozenset({RunStatus.OK, RunStatus.ERROR, RunStatus.CANCELLED, RunStatus.ABANDONED}),
     RunStatus.OK: frozenset(),
-    RunStatus.ERROR: frozenset(),
-    RunStatus.CANCELLED: frozenset(),
-    RunStatus.ABANDONED: frozenset(),
+    RunStatus.ERROR: frozenset({RunStatus.QUEUED}),
+    RunStatus.CANCELLED: frozenset({RunStatus.QUEUED}),
+    RunStatus.ABANDONED: frozenset({RunStatus.QUEUED}),
 }
+
+#: Statuses from which `fluksio resume` re-drives a run.
+RESUMABLE = frozenset({RunStatus.ERROR, RunStatus.CANCELLED, RunStatus.ABANDONED})
 
 
 def allowed_from(target: RunStatus) -> list[str]:

@@ -10,7 +10,10 @@ from fluksio.constants import DRIVE_TASK, DRIVERS_QUEUE
 from fluksio.driver.task import register_drive_task
 from fluksio.execution.interrupt import interrupt
 from fluksio.execution.task import register_call_task
+from fluksio.runs.lease import Sweeper
 from fluksio.runs.runtime import Runtime
+from fluksio.store import runs as run_rows
+from fluksio.store.runs import get_run
 from fluksio.settings import Settings
 
 
@@ -49,3 +52,25 @@ def create_app(settings: Settings, runtime: Runtime, **overrides: Any) -> Celery
     register_drive_task(app, interrupt_local=interrupt if settings.embedded else None)
     register_call_task(app)
     return app
+
+
+def send_drive(app: Celery, run_id: str, flow: str) -> None:
+    """Hand a queued run to a driver (Flower shows the task as ``drive <flow>``)."""
+    app.send_task(DRIVE_TASK, args=[run_id], shadow=f"drive {flow}")
+
+
+def start_sweeper(app: Celery, runtime: Runtime) -> Sweeper:
+    """The lease sweeper of a driver process; with ``auto_resume``, it re-drives what it abandons."""
+    settings = runtime.settings
+
+    def resume(run_id: str) -> bool:
+        run = get_run(runtime.db, run_id)
+        if run.flow not in runtime.registry.names():
+            return False  # no driver here could load it; leave it abandoned for a process that can
+        run_rows.resume(runtime.db, run_id)
+        runtime.inbox.close(run_id)  # what the dead driver left unread is stale
+        send_drive(app, run_id, run.flow)
+        return True
+
+    interval = max(0.2, min(settings.stale_after_s / 3, settings.lease_interval_s))
+    return Sweeper(runtime.db, settings.stale_after_s, interval, resume if settings.auto_resume else None).start()

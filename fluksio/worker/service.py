@@ -22,7 +22,7 @@ from fluksio.placement.redis import RedisBooks
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import Inventory
 from fluksio.settings import Settings, redact_url
-from fluksio.worker.app import create_app
+from fluksio.worker.app import create_app, start_sweeper
 from fluksio.worker.embedded import node_queues
 from fluksio.worker.heartbeat import Heartbeat
 
@@ -83,6 +83,7 @@ def run_driver_worker(settings: Settings, name: str, loglevel: str) -> None:
     require_distributed(settings)
     runtime = Runtime.distributed(settings, machine=name)
     app = create_app(settings, runtime)
+    sweeper = start_sweeper(app, runtime)
     try:
         worker = app.Worker(
             hostname=f"drivers@{name}", queues=[DRIVERS_QUEUE], concurrency=settings.driver_concurrency,
@@ -91,6 +92,7 @@ def run_driver_worker(settings: Settings, name: str, loglevel: str) -> None:
         worker.start()
         code = worker.exitcode
     finally:
+        sweeper.stop()
         runtime.close()
     sys.exit(code or 0)
 

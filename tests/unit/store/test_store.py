@@ -116,13 +116,15 @@ def test_transition_table_refuses_ok_to_running(db):
 
 
 @pytest.mark.parametrize("terminal", [RunStatus.OK, RunStatus.ERROR, RunStatus.CANCELLED, RunStatus.ABANDONED])
-def test_terminal_statuses_never_move(db, terminal):
+def test_terminal_statuses_move_only_back_to_queued_by_resume_and_ok_never(db, terminal):
     run = new_run(db)
     claim(db, run.id, None)
     assert transition(db, run.id, terminal) is True
     for target in RunStatus:
-        assert transition(db, run.id, target) is False
+        if target is not RunStatus.QUEUED:
+            assert transition(db, run.id, target) is False
     assert status_of(db, run.id) == terminal.value
+    assert transition(db, run.id, RunStatus.QUEUED) is (terminal is not RunStatus.OK)
 
 
 def test_queued_cannot_jump_to_ok(db):
@@ -135,8 +137,9 @@ def test_the_transition_table():
     assert TRANSITIONS[RunStatus.QUEUED] == {RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.ERROR}
     assert sorted(allowed_from(RunStatus.RUNNING)) == ["queued"]
     assert sorted(allowed_from(RunStatus.CANCELLED)) == ["queued", "running"]
-    assert allowed_from(RunStatus.QUEUED) == []
-    assert all(not TRANSITIONS[s] for s in RunStatus if s.is_terminal())
+    assert sorted(allowed_from(RunStatus.QUEUED)) == ["abandoned", "cancelled", "error"]
+    assert all(TRANSITIONS[s] <= {RunStatus.QUEUED} for s in RunStatus if s.is_terminal())
+    assert not TRANSITIONS[RunStatus.OK]
 
 
 def test_finish_records_result_reason_and_duration(db):
@@ -173,13 +176,13 @@ def test_request_cancel_on_a_queued_run_cancels_it(db):
 def test_request_cancel_on_a_running_run_flags_it_for_its_driver(db):
     run = new_run(db)
     claim(db, run.id, None)
-    assert refresh_lease(db, run.id) is False
+    assert refresh_lease(db, run.id) == (True, False)
     assert request_cancel(db, run.id, "user asked") is RunStatus.RUNNING
     stored = get_run(db, run.id)
     assert stored.status == "running"
     assert stored.cancel_requested is True
     assert stored.status_reason == "cancelling: user asked"
-    assert refresh_lease(db, run.id) is True  # the driver learns of it with its next lease refresh
+    assert refresh_lease(db, run.id) == (True, True)  # the driver learns of it with its next lease refresh
     assert transition(db, run.id, RunStatus.CANCELLED) is True
 
 
@@ -332,3 +335,42 @@ def test_upsert_metrics_of_nothing_issues_nothing(db, statements):
 def test_read_metrics_of_a_run_without_metrics_is_empty(db):
     run = new_run(db)
     assert read_metrics(db, run.id) == {}
+
+
+def test_abandon_stale_takes_only_runs_whose_lease_is_old(db):
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from fluksio.store.models import Run
+    from fluksio.store.runs import abandon_stale, utcnow
+
+    old, fresh, queued = new_run(db), new_run(db), new_run(db)
+    claim(db, old.id, None)
+    claim(db, fresh.id, None)
+    with db.write() as session:
+        session.execute(update(Run).where(Run.id == old.id).values(lease_at=utcnow() - timedelta(seconds=120)))
+    assert abandon_stale(db, 60) == [old.id]
+    assert abandon_stale(db, 60) == []  # a second sweeper finds nothing left to take
+    assert status_of(db, old.id) == "abandoned" and "lease" in get_run(db, old.id).status_reason
+    assert status_of(db, fresh.id) == "running" and status_of(db, queued.id) == "queued"
+    assert refresh_lease(db, old.id) == (False, False)  # its driver, if alive, learns the run is no longer its
+
+
+def test_resume_requeues_a_failed_run_and_records_from_what(db):
+    from fluksio.errors import RunRejected
+    from fluksio.store.runs import resume
+
+    run = new_run(db)
+    claim(db, run.id, None)
+    finish(db, run.id, RunStatus.ERROR, "node x failed", None)
+    assert resume(db, run.id) is RunStatus.ERROR
+    stored = get_run(db, run.id)
+    assert (stored.status, stored.resumed_from, stored.resume_count) == ("queued", "error", 1)
+    assert stored.finished_at is None and stored.resumed_at is not None
+    with pytest.raises(RunRejected, match="is queued: nothing to resume"):
+        resume(db, run.id)
+    claim(db, run.id, None)
+    finish(db, run.id, RunStatus.OK, None, {})
+    with pytest.raises(RunRejected, match="finished ok"):
+        resume(db, run.id)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fluksio import Client, Settings, connect
+from tests.integration.servers import PostgresServer
 
 
 @pytest.fixture(autouse=True)
@@ -20,10 +21,27 @@ def _clean_fluksio_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("FLUKSIO_CONFIG", str(tmp_path / "no-such-fluksio.toml"))
 
 
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every test that uses the run store runs against SQLite and against a real PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'fluksio.db'}"
+    return request.getfixturevalue("postgres").new_database()
+
+
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
+def settings(tmp_path: Path, database_url: str) -> Settings:
     return Settings(
-        database_url=f"sqlite:///{tmp_path / 'fluksio.db'}",
+        database_url=database_url,
         artifacts_dir=tmp_path / "artifacts",
         cpus=2,
         machine_name="local",

@@ -18,7 +18,7 @@ FLOWS_FILE = Path(__file__).with_name("cluster_flows.py")
 
 
 class Cluster:
-    def __init__(self, workdir: Path, redis_server: RedisServer) -> None:
+    def __init__(self, workdir: Path, redis_server: RedisServer, database_url: str | None = None) -> None:
         self.workdir = workdir
         self.redis = redis_server
         self.marks = workdir / "marks"
@@ -26,7 +26,7 @@ class Cluster:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("FLUKSIO_")}
         self.env.update({
             "FLUKSIO_BROKER_URL": redis_server.url,
-            "FLUKSIO_DATABASE_URL": f"sqlite:///{workdir / 'fluksio.db'}",
+            "FLUKSIO_DATABASE_URL": database_url or f"sqlite:///{workdir / 'fluksio.db'}",
             "FLUKSIO_ARTIFACTS_DIR": str(workdir / "artifacts"),
             "FLUKSIO_FLOWS": str(FLOWS_FILE),
             "FLUKSIO_HEARTBEAT_INTERVAL_S": "0.5",

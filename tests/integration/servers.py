@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,3 +69,68 @@ class RedisServer:
             self.process.terminate()
             self.process.wait(10)
             self.process = None
+
+
+class PostgresServer:
+    """A throwaway PostgreSQL cluster (initdb, pg_ctl) on a free 127.0.0.1 port; one database per test."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        # Not under pytest's temporary folder: that one is private to root, and the server runs as postgres.
+        self.workdir = Path(tempfile.mkdtemp(prefix="fluksio-pg-"))
+        self.data = self.workdir / "data"
+        self.bin: Path | None = None
+        self._counter = 0
+
+    def _as_owner(self, *command: str) -> list[str]:
+        # initdb refuses to run as root: run the server as the postgres user then.
+        if os.geteuid() == 0:
+            return ["runuser", "-u", "postgres", "--", *command]
+        return list(command)
+
+    def start(self) -> PostgresServer:
+        found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+        if not found:
+            message = "PostgreSQL server is not installed (apt-get install postgresql)"
+            if in_ci():
+                pytest.fail(message)
+            pytest.skip(message)
+        self.bin = found[-1].parent
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.workdir, "postgres", "postgres")
+        if not self.data.exists():
+            subprocess.run(self._as_owner(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres",
+                                          "-A", "trust", "-E", "UTF8", "--no-sync"),
+                           check=True, capture_output=True, timeout=120)
+        self.resume()
+        return self
+
+    def resume(self) -> None:
+        """Start (again) on the same port and data."""
+        assert self.bin is not None
+        options = (f"-p {self.port} -k {self.workdir} -c listen_addresses=127.0.0.1 -c fsync=off "
+                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300")
+        subprocess.run(self._as_owner(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l",
+                                      str(self.workdir / "server.log"), "-w", "-t", "60", "-o", options, "start"),
+                       check=True, capture_output=True, timeout=90)
+
+    def pause(self) -> None:
+        """Stop the server (fast shutdown: connections are cut), keeping its data."""
+        assert self.bin is not None
+        subprocess.run(self._as_owner(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"),
+                       check=True, capture_output=True, timeout=60)
+
+    def stop(self) -> None:
+        if self.bin is not None and (self.data / "postmaster.pid").exists():
+            self.pause()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def new_database(self) -> str:
+        import psycopg
+
+        self._counter += 1
+        name = f"t{os.getpid()}_{self._counter}"
+        with psycopg.connect(f"postgresql://postgres@127.0.0.1:{self.port}/postgres", autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"

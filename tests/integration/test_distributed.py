@@ -18,11 +18,13 @@ from tests.integration.servers import RedisServer
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The same installation on either run store: SQLite shared by processes on one host, or PostgreSQL."""
     workdir = tmp_path_factory.mktemp("cluster")
+    database_url = request.getfixturevalue("postgres").new_database() if request.param == "postgresql" else None
     server = RedisServer(workdir / "redis").start()
-    setup = Cluster(workdir, server)
+    setup = Cluster(workdir, server, database_url)
     try:
         setup.start_worker("cpu-a", "--cpus", "2", "--gpus", "none", "--drivers")
         setup.start_worker("gpu-a", "--labels", "gpu", "--cpus", "2", "--gpus", "0,1")

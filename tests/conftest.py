@@ -53,3 +53,29 @@ def settings(tmp_path: Path, database_url: str) -> Settings:
 def client(settings: Settings) -> Iterator[Client]:
     with connect(settings) as embedded:
         yield embedded
+
+
+class Compass:
+    """Figures the reliability suite reports at the end of a run: faults survived, runs lost, rows duplicated,
+    bad inputs tried."""
+
+    def __init__(self) -> None:
+        self.figures = {"faults survived": 0, "runs lost": 0, "rows duplicated": 0, "bad inputs tried": 0}
+
+    def add(self, figure: str, count: int = 1) -> None:
+        self.figures[figure] += count
+
+
+_compass = Compass()
+
+
+@pytest.fixture(scope="session")
+def compass() -> Compass:
+    return _compass
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if any(_compass.figures.values()):
+        terminalreporter.section("fluksio compass")
+        for figure, count in _compass.figures.items():
+            terminalreporter.write_line(f"{figure}: {count}")

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 import click
+from rich.text import Text
 
 from fluksio.cli import render
 from fluksio.errors import ConfigError
@@ -40,14 +41,15 @@ _CALL_FIELD = re.compile(r"'(run_id|node|attempt)': '?([^',}]+)'?")
 @click.option("--url-prefix", help="Serve under this path (behind a reverse proxy), e.g. flower.")
 def flower(port: int, address: str, basic_auth: tuple[str, ...], url_prefix: str | None) -> None:
     """Start Flower, the Celery dashboard, against this installation's broker."""
+    argv = flower_argv(port, address, basic_auth, url_prefix)
     settings = load_settings()
     app = flower_app(settings)
-    argv = flower_argv(port, address, basic_auth, url_prefix)
     if not basic_auth and not _is_loopback(address):
-        render.console(stderr=True).print(
-            f"[yellow]warning:[/yellow] Flower on {address} without --basic-auth lets anyone who reaches port "
-            f"{port} see every run's arguments and revoke tasks", markup=True, highlight=False)
+        render.console(stderr=True).print(Text.assemble(
+            ("warning:", "yellow"), f" Flower on {address} without --basic-auth lets anyone who reaches port "
+            f"{port} see every run's arguments and revoke tasks"))
     _use_compact_kwargs()
+    _keep_shadow_names()
     render.console(stderr=True).print(
         f"Flower on http://{address}:{port}/{(url_prefix or '').strip('/')} for broker "
         f"{redact_url(settings.broker_url)}", highlight=False)
@@ -64,7 +66,7 @@ def flower_app(settings: Settings) -> Any:
     try:
         import flower as _flower  # noqa: F401 - only to say clearly that it is missing
     except ImportError:
-        render.console(stderr=True).print(f"[red]error:[/red] {MISSING_FLOWER}", markup=True, highlight=False)
+        render.console(stderr=True).print(Text.assemble(("error:", "red"), " ", MISSING_FLOWER))
         sys.exit(EXIT_BAD_INPUT)
     from celery import Celery
 
@@ -82,6 +84,9 @@ def flower_argv(port: int, address: str, basic_auth: tuple[str, ...], url_prefix
         if not sep or not user or not password:
             raise click.BadParameter(f"expected USER:PASSWORD, got {entry.split(':')[0]!r}…",
                                      param_hint="--basic-auth")
+        if "," in entry:  # Flower splits its list of users on commas
+            raise click.BadParameter(f"the entry for user {user!r} contains a ',', which Flower cannot take; "
+                                     "choose a password without one", param_hint="--basic-auth")
     argv = ["--quiet", "flower", f"--port={port}", f"--address={address}", f"--tasks_columns={TASKS_COLUMNS}"]
     if basic_auth:
         argv.append(f"--basic_auth={','.join(basic_auth)}")
@@ -112,6 +117,28 @@ def _use_compact_kwargs() -> None:
     import flower.options  # noqa: F401 - defines the options set below
 
     options.format_task = compact_kwargs
+
+
+def _keep_shadow_names() -> None:
+    """Keep ``<flow>.<node>`` when a call's ``task-sent`` event reaches Flower after its ``task-received``.
+
+    The sent event names the registered task (``fluksio.call``), the received one
+    the name it was sent under. They come from different processes (the driver,
+    the worker), so either may arrive first, and Celery's state merges every
+    field of a late, "logically earlier" event: the call would be renamed
+    ``fluksio.call``. A late sent event may fill in fields, never the name.
+    """
+    from celery import states
+    from celery.events.state import Task
+    from flower.events import EventsState
+
+    sent_fields = ("args", "kwargs", "parent_id", "root_id", "retries", "eta", "expires", "queue", "exchange",
+                   "routing_key")
+
+    class ShadowNamedTask(Task):
+        merge_rules = {**Task.merge_rules, states.PENDING: sent_fields}
+
+    EventsState.Task = ShadowNamedTask
 
 
 def _is_loopback(address: str) -> bool:

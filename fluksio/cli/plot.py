@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.text import Text
 
 from fluksio.cli import render
 from fluksio.client import connect
@@ -43,7 +44,7 @@ def plot(args: tuple[str, ...], output: str, group: str | None, title: str | Non
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        render.console(stderr=True).print(f"[red]error:[/red] {MISSING_MATPLOTLIB}", markup=True, highlight=False)
+        render.console(stderr=True).print(Text.assemble(("error:", "red"), " ", MISSING_MATPLOTLIB))
         sys.exit(EXIT_BAD_INPUT)
     with connect(load_settings()) as client:
         records = [client.get(r) for r in run_ids]

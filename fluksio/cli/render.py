@@ -20,6 +20,8 @@ STATUS_STYLE = {
     "ok": "green", "cached": "cyan", "running": "yellow", "queued": "blue", "error": "red",
     "skipped": "dim", "cancelled": "magenta", "abandoned": "red",
 }
+#: Most running calls the live display lists one by one.
+LIVE_ROWS = 8
 EVENT_STYLE = {
     "run_queued": "blue", "run_started": "bold", "node_queued": "blue", "node_started": "yellow",
     "node_finished": "green", "run_finished": "bold",
@@ -52,14 +54,19 @@ def runs_table(records: list[RunRecord], metrics: dict[str, dict[str, float]] | 
     table.add_column("run", no_wrap=True, min_width=26)
     for column in ("flow", "status", "created", "duration"):
         table.add_column(column, no_wrap=True)
+    seeded = any(r.seed is not None for r in records)
+    if seeded:
+        table.add_column("seed", justify="right")
     table.add_column("params", overflow="fold", min_width=24)
     metric_names = sorted({n for m in (metrics or {}).values() for n in m})
     for name in metric_names:
         table.add_column(name, justify="right")
     for r in records:
         duration = f"{r.duration_ms / 1000:.2f}s" if r.duration_ms is not None else ""
-        row = [r.id, r.flow, styled(r.status.value), r.created_at.strftime("%m-%d %H:%M:%S"), duration,
-               short({k: v for k, v in r.params.items()}, 50)]
+        row = [r.id, r.flow, styled(r.status.value), r.created_at.strftime("%m-%d %H:%M:%S"), duration]
+        if seeded:
+            row.append("" if r.seed is None else str(r.seed))
+        row.append(short({k: v for k, v in r.params.items()}, 50))
         last = (metrics or {}).get(r.id, {})
         row += [f"{last[n]:.4g}" if n in last else "" for n in metric_names]
         table.add_row(*row)
@@ -160,18 +167,31 @@ def progress_header(record: RunRecord, total: int, running: Mapping[str, Any], n
 
 
 def activity_table(running: Mapping[str, RunningCall], waiting: Mapping[str, str], now: float) -> Table:
+    """One row per running call (at most :data:`LIVE_ROWS`), one per distinct reason to wait."""
     table = Table.grid(padding=(0, 2))
     table.add_column(no_wrap=True)
     table.add_column(no_wrap=True)
     table.add_column()
-    for node, call in sorted(running.items()):
+    calls = sorted(running.items())
+    for node, call in calls[:LIVE_ROWS]:
         where = f"on {call.machine}" + (f" · gpus {','.join(map(str, call.gpus))}" if call.gpus else "")
         attempt = f" · attempt {call.attempt}" if call.attempt > 1 else ""
         table.add_row(Text("  ▶ running", style="yellow"), node,
                       Text(f"{where} · {max(0.0, now - call.since):.1f}s{attempt}"))
+    if len(calls) > LIVE_ROWS:
+        table.add_row(Text("  ▶ running", style="yellow"), f"+{len(calls) - LIVE_ROWS} more", "")
+    by_reason: dict[str, list[str]] = {}
     for node, reason in sorted(waiting.items()):
-        table.add_row(Text("  ⏸ waiting", style="blue"), node, Text(reason, style="yellow"))
+        by_reason.setdefault(reason, []).append(node)
+    for reason, nodes in by_reason.items():
+        table.add_row(Text("  ⏸ waiting", style="blue"), name_list(nodes), Text(reason, style="yellow"))
     return table
+
+
+def name_list(names: list[str], shown: int = 3) -> str:
+    """``a, b, c +4``: a few names and how many more."""
+    head = ", ".join(names[:shown])
+    return head if len(names) <= shown else f"{head} +{len(names) - shown}"
 
 
 def metrics_line(latest: Mapping[str, tuple[int, float]]) -> Text:
@@ -195,37 +215,43 @@ class RunningCall:
 
 
 class RunActivity:
-    """What one run's events say is happening now: which nodes run where, which wait and why.
+    """What a run's events say is happening now: which nodes run where, which wait and why.
 
-    Feed it every event (:meth:`observe` ignores other runs'); it is called from
-    the events' thread and read from the display's, hence the lock.
+    Subscribe :meth:`observe` to the events *before* submitting (a run's first
+    calls may start before ``submit`` returns), then name the run: events of
+    every run are kept until then, and only the named run's are shown. Events
+    arrive on the events' thread and are read on the display's, hence the lock.
     """
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str | None = None) -> None:
+        #: The run :meth:`snapshot` describes.
         self.run_id = run_id
-        self._running: dict[str, RunningCall] = {}
-        self._waiting: dict[str, str] = {}
+        self._running: dict[tuple[str, str], RunningCall] = {}
+        self._waiting: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
 
     def observe(self, event: Mapping[str, Any]) -> None:
-        node = event.get("node")
-        if event.get("run_id") != self.run_id or not node:
+        run_id, node, kind = event.get("run_id"), event.get("node"), event.get("event")
+        if not run_id or not node or (self.run_id is not None and run_id != self.run_id):
             return
-        kind = event.get("event")
+        key = (str(run_id), str(node))
         with self._lock:
             if kind == "node_queued":
-                self._waiting[node] = str(event.get("reason") or "waiting for a machine")
+                self._waiting[key] = str(event.get("reason") or "waiting for a machine")
             elif kind == "node_started":
-                self._waiting.pop(node, None)
-                self._running[node] = RunningCall(str(event.get("machine") or "?"), tuple(event.get("gpus") or ()),
-                                                  int(event.get("attempt") or 1), float(event.get("at") or time.time()))
+                self._waiting.pop(key, None)
+                self._running[key] = RunningCall(str(event.get("machine") or "?"), tuple(event.get("gpus") or ()),
+                                                 int(event.get("attempt") or 1), float(event.get("at") or time.time()))
             elif kind == "node_finished":
-                self._waiting.pop(node, None)
-                self._running.pop(node, None)
+                self._waiting.pop(key, None)
+                self._running.pop(key, None)
 
     def snapshot(self) -> tuple[dict[str, RunningCall], dict[str, str]]:
+        """The named run's running calls (node → call) and waiting nodes (node → why)."""
         with self._lock:
-            return dict(self._running), dict(self._waiting)
+            running = {node: call for (run, node), call in self._running.items() if run == self.run_id}
+            waiting = {node: why for (run, node), why in self._waiting.items() if run == self.run_id}
+        return running, waiting
 
 
 def event_line(event: Mapping[str, Any]) -> Text:

@@ -149,6 +149,7 @@ class Driver:
                 self.rt.inbox.wake(self.run_id)
 
         self.rt.placer.add_listener(wake)
+        self.rt.driving.add(self.run_id)
         try:
             self._loop()
             if not self.lost_run:
@@ -157,6 +158,7 @@ class Driver:
             log.exception("driver of run %s failed", self.run_id)
             self._abort(self._describe_failure(exc))
         finally:
+            self.rt.driving.discard(self.run_id)
             self.rt.placer.remove_listener(wake)
             for node in self.waiting:
                 self.rt.placer.forget(self._call_id(node))

@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fluksio.errors import ConfigError
 from fluksio.schemas import Resources
 
+#: Where an installation's profiles are when ``FLUKSIO_PROVISIONERS`` names no file (relative to the working
+#: directory); absent, nothing is provisioned.
+DEFAULT_PATH = Path("config/provisioners.json")
 #: A profile's name goes into machine names (``slurm-<profile>-<job id>``), Celery host and queue names,
 #: and Slurm job names; so: letters, digits, ``_`` and ``-``, starting with a letter or digit.
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
@@ -125,8 +128,8 @@ class SlurmProfile(BaseModel):
     @field_validator("output")
     @classmethod
     def _output(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must name a file")
+        if not value.strip() or any(c.isspace() for c in value):
+            raise ValueError(f"{value!r} is not a file name sbatch reads (no spaces)")
         return value
 
     @property
@@ -212,3 +215,12 @@ def _describe(err: Any) -> str:
     if err["type"] != "value_error" and (given is None or isinstance(given, (str, int, float, bool))):
         message += f" (got {json.dumps(given)})"
     return f"{where}: {message}"
+
+
+def profiles_path(provisioners: Path | None, cwd: Path | None = None) -> Path | None:
+    """The profile file an installation uses: ``provisioners`` (the setting) if given, else
+    ``config/provisioners.json`` under ``cwd`` when that file exists, else none (no provisioning)."""
+    if provisioners is not None:
+        return provisioners
+    default = (cwd or Path.cwd()) / DEFAULT_PATH
+    return default if default.is_file() else None

@@ -55,6 +55,9 @@ class MachineRequest(BaseModel):
     ended_at: float | None = None
     #: Why it ended, in words a user reads (set for cancelled, failed and finished requests).
     outcome: str | None = None
+    #: The profile is not asked again before this: set when the request failed or timed out, so a job that
+    #: can never start is not resubmitted in a loop (a request cancelled at shutdown holds nothing off).
+    hold_until: float | None = None
 
     def describe(self, now: float) -> str:
         """What the request is doing, for a waiting run's reason and ``fluksio placer``."""

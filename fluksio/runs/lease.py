@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Collection
+
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from fluksio.errors import FluksioError
 from fluksio.store import runs as run_rows
@@ -17,9 +21,12 @@ from fluksio.store.db import Database
 log = logging.getLogger(__name__)
 
 
-def sweep_once(db: Database, stale_after_s: float, resume: Callable[[str], bool] | None = None) -> list[str]:
-    """Abandon stale runs; with ``resume``, hand each to it (it returns whether it re-drove the run)."""
-    stale = run_rows.abandon_stale(db, stale_after_s)
+def sweep_once(db: Database, stale_after_s: float, resume: Callable[[str], bool] | None = None,
+               spare: Collection[str] = ()) -> list[str]:
+    """Abandon stale runs (but those in ``spare``); with ``resume``, hand each to it."""
+    # Unwrapped: one attempt. A sweeper that cannot reach the store must not sit in retries and then
+    # judge leases that nobody could refresh meanwhile.
+    stale = run_rows.abandon_stale.__wrapped__(db, stale_after_s, spare)
     for run_id in stale:
         log.warning("run %s: its driver's lease is older than %g s; marked abandoned", run_id, stale_after_s)
         if resume is not None and resume(run_id):
@@ -28,14 +35,21 @@ def sweep_once(db: Database, stale_after_s: float, resume: Callable[[str], bool]
 
 
 class Sweeper:
-    """A daemon thread calling :func:`sweep_once` every ``interval_s`` seconds."""
+    """A daemon thread calling :func:`sweep_once` every ``interval_s`` seconds.
+
+    It judges leases only after it has reached the store for a whole stale limit without a break: right
+    after an outage (or its own start) every lease may look stale because nobody could refresh it.
+    """
 
     def __init__(self, db: Database, stale_after_s: float, interval_s: float,
-                 resume: Callable[[str], bool] | None = None) -> None:
+                 resume: Callable[[str], bool] | None = None,
+                 spare: Callable[[], Collection[str]] = frozenset) -> None:
         self.db = db
         self.stale_after_s = stale_after_s
         self.interval_s = interval_s
         self.resume = resume
+        self.spare = spare
+        self._reachable_since = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fluksio-sweeper", daemon=True)
 
@@ -45,12 +59,27 @@ class Sweeper:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
+            if time.monotonic() - self._reachable_since < self.stale_after_s:
+                if not self._store_reachable():
+                    self._reachable_since = time.monotonic()
+                continue
             try:
-                sweep_once(self.db, self.stale_after_s, self.resume)
+                sweep_once(self.db, self.stale_after_s, self.resume, self.spare())
+            except DBAPIError:
+                log.warning("lease sweep could not reach the run store; waiting for it", exc_info=True)
+                self._reachable_since = time.monotonic()
             except (FluksioError, OSError):
                 log.warning("lease sweep failed; trying again in %g s", self.interval_s, exc_info=True)
             except Exception:
                 log.exception("lease sweep failed; trying again in %g s", self.interval_s)
+
+    def _store_reachable(self) -> bool:
+        try:
+            with self.db.read() as session:
+                session.execute(text("SELECT 1"))
+            return True
+        except DBAPIError:
+            return False
 
     def stop(self) -> None:
         self._stop.set()

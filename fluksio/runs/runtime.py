@@ -35,6 +35,8 @@ class Runtime:
     machine: str = field(default_factory=socket.gethostname)
     #: The Redis client of the distributed mode (``None`` when embedded).
     redis: object | None = None
+    #: Runs this process is driving now (its sweeper spares them: they are alive).
+    driving: set[str] = field(default_factory=set)
 
     @classmethod
     def embedded(cls, settings: Settings) -> Runtime:

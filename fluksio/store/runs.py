@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy import select, update
@@ -82,17 +83,18 @@ def refresh_lease(db: Database, run_id: str) -> tuple[bool, bool]:
 
 
 @retried
-def abandon_stale(db: Database, stale_after_s: float) -> list[str]:
+def abandon_stale(db: Database, stale_after_s: float, spare: Collection[str] = ()) -> list[str]:
     """Mark ``abandoned`` every running run whose lease is older than ``stale_after_s``; returns their ids.
 
-    Safe to call from several sweepers at once: the guarded UPDATE lets each run be taken by one.
+    ``spare`` names runs known to be alive (driven by the caller's own process). Safe to call from
+    several sweepers at once: the guarded UPDATE lets each run be taken by one.
     """
     now = utcnow()
     cutoff = now - timedelta(seconds=stale_after_s)
     with db.write() as session:
         stale = session.scalars(
             update(Run)
-            .where(Run.status == RunStatus.RUNNING.value, Run.lease_at < cutoff)
+            .where(Run.status == RunStatus.RUNNING.value, Run.lease_at < cutoff, Run.id.not_in(list(spare)))
             .values(status=RunStatus.ABANDONED.value, finished_at=now,
                     status_reason=f"its driver stopped refreshing the lease (none for over {stale_after_s:g} s); "
                                   "`fluksio resume` re-drives it")

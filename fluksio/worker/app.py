@@ -29,6 +29,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # A call is acknowledged when it ends, so a worker that dies mid-call leaves it on the broker.
         "task_acks_late": True,
         "task_reject_on_worker_lost": False,
+        # After a broker reconnect, keep calls running: a redelivered copy is dropped by the call ledger.
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
         "worker_prefetch_multiplier": 1,
         # Drivers learn of completions through their inbox; nothing reads Celery results.
         "task_ignore_result": True,
@@ -73,4 +75,5 @@ def start_sweeper(app: Celery, runtime: Runtime) -> Sweeper:
         return True
 
     interval = max(0.2, min(settings.stale_after_s / 3, settings.lease_interval_s))
-    return Sweeper(runtime.db, settings.stale_after_s, interval, resume if settings.auto_resume else None).start()
+    return Sweeper(runtime.db, settings.stale_after_s, interval, resume if settings.auto_resume else None,
+                   spare=lambda: set(runtime.driving)).start()

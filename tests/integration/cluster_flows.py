@@ -113,3 +113,90 @@ def sleep_forever(tag: str) -> str:
     (MARKS / f"{tag}.{os.getpid()}").write_text("started")
     time.sleep(3600)
     return tag
+
+
+metered = Flow("metered", inputs={"lr": (float, 0.5), "steps": (int, 8), "pause": (float, 0.05)},
+               outputs=["score"])
+
+
+@metered.node(provides="start")
+def prepare(lr: float) -> float:
+    return 1.0 + lr
+
+
+@metered.node(provides="weights", streams=["loss"])
+def train(start: float, lr: float, steps: int, pause: float, emit) -> float:
+    value = start
+    for _ in range(steps):
+        value *= 1.0 - lr / 2
+        emit("loss", value)
+        time.sleep(pause)
+    return value
+
+
+@metered.node(provides="score")
+def evaluate(weights: float) -> float:
+    return round(1.0 - weights, 6)
+
+
+gated = Flow("gated", inputs={"tag": str}, outputs=["x"])
+
+
+@gated.node(provides="x")
+def wait_for_gate(tag: str) -> str:
+    """Runs until the test creates ``MARKS/<tag>.go`` (at most 60 s), so a watcher can attach first."""
+    MARKS.mkdir(parents=True, exist_ok=True)
+    (MARKS / f"{tag}.started").write_text("started")
+    deadline = time.monotonic() + 60
+    while not (MARKS / f"{tag}.go").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return tag
+
+
+broken = Flow("broken", inputs={"batch": (int, 7)}, outputs=["x"])
+
+
+@broken.node(provides="x")
+def explode(batch: int) -> int:
+    print(f"loading batch {batch}")
+    raise ValueError(f"bad batch {batch}")
+
+
+slow_chain = Flow("slow_chain", inputs={"tag": str, "pause": (float, 1.5)}, outputs=["d"])
+
+
+@slow_chain.node(provides="a", retries=2, cache=False)
+def step_a(tag: str, pause: float) -> int:
+    MARKS.mkdir(parents=True, exist_ok=True)
+    (MARKS / f"{tag}.{os.getpid()}.{time.time_ns()}").write_text("a")
+    time.sleep(pause)
+    return 1
+
+
+@slow_chain.node(provides="b", retries=2, cache=False, streams=["progress"])
+def step_b(a: int, pause: float, emit) -> int:
+    for i in range(10):
+        emit("progress", i)
+        time.sleep(pause / 10)
+    return a + 1
+
+
+@slow_chain.node(provides="c", retries=2, cache=False)
+def step_c(b: int, pause: float) -> int:
+    time.sleep(pause)
+    return b + 1
+
+
+@slow_chain.node(provides="d", retries=2, cache=False)
+def step_d(c: int) -> int:
+    return c + 1
+
+
+tiny = Flow("tiny", inputs={"i": int}, outputs=["out"])
+
+
+@tiny.node(provides="out", streams=["m"], cache=False)
+def tiny_node(i: int, emit) -> int:
+    for step in range(10):
+        emit("m", i + step)
+    return i

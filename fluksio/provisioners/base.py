@@ -1,0 +1,351 @@
+"""The provisioner interface: start a machine on demand, and say what became of the request.
+
+A provisioner owns a list of profiles (machine shapes a cluster can start). The
+placer counts their :meth:`~Provisioner.shapes` when clamping; a driver whose
+node waits for a shape a profile :meth:`~Provisioner.covers` calls
+:meth:`~Provisioner.request`, which submits at most one job per profile at a
+time; :meth:`~Provisioner.poll` (every few seconds, see :class:`Poller`) notices
+the job's worker attaching, the job ending, or the attach timeout passing (then
+the job is cancelled, and the request's outcome says why, for the waiting run's
+reason). :meth:`~Provisioner.shutdown` cancels what this process asked for and
+is still outstanding.
+
+The bookkeeping lives here; a backend (Slurm, the in-memory fake) only submits,
+reads job states and cancels.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fluksio.errors import FluksioError
+from fluksio.placement.clamp import fits
+from fluksio.provisioners.config import SlurmProfile
+from fluksio.provisioners.request import MachineRequest, RequestState
+from fluksio.provisioners.store import MemoryRequestStore, RequestStore
+from fluksio.schemas import Resources
+
+log = logging.getLogger(__name__)
+
+#: After a request failed or timed out, its profile is not asked again for this long, in seconds, so a
+#: job that can never start is not resubmitted in a loop; meanwhile :meth:`Provisioner.request` returns
+#: the ended request, whose outcome says why.
+RETRY_AFTER_S = 60.0
+#: Job states after which a job no longer runs (Slurm's names; the fake uses the same).
+ENDED_JOB_STATES = frozenset({
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+    "REVOKED", "SPECIAL_EXIT", "TIMEOUT",
+})
+
+
+class ProvisionError(FluksioError):
+    """A cluster could not be asked (a command failed, timed out, or is missing)."""
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What the scheduler says of one job."""
+
+    state: str
+    #: Why it is in that state (Slurm's ``%r``: ``Resources``, ``JobHeldUser`` …), when it says.
+    reason: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_JOB_STATES
+
+
+#: ``is_attached(machine_name)``: whether a worker of that name is attached (its heartbeat key exists).
+AttachedCheck = Callable[[str], bool]
+
+
+class Provisioner(ABC):
+    """Machines on demand for a list of profiles. Thread-safe; one per process."""
+
+    #: What ``status()`` and messages call this kind of provisioner.
+    kind = "slurm"
+
+    def __init__(self, profiles: Sequence[SlurmProfile], store: RequestStore | None = None,
+                 is_attached: AttachedCheck | None = None, *, clock: Callable[[], float] = time.time,
+                 retry_after_s: float = RETRY_AFTER_S, owner: str | None = None) -> None:
+        self.profiles: dict[str, SlurmProfile] = {p.name: p for p in profiles}
+        self.store = store if store is not None else MemoryRequestStore()
+        self.is_attached: AttachedCheck = is_attached if is_attached is not None else (lambda name: False)
+        self.clock = clock
+        self.retry_after_s = retry_after_s
+        #: Names this process's requests, so shutting down cancels only what it asked for.
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._lock = threading.Lock()
+
+    # -- what the placer asks ---------------------------------------------------------------------
+
+    def shapes(self) -> list[tuple[Resources, tuple[str, ...]]]:
+        """Every profile's shape and labels: the placer counts them when clamping."""
+        return [(p.shape, p.labels) for p in self.profiles.values()]
+
+    def covers(self, resources: Resources, device: str | None = None) -> SlurmProfile | None:
+        """The smallest profile whose machine could take ``resources`` and carries ``device``, if any.
+
+        Pass the request as the placer would grant it (after clamping): a request larger than every
+        profile is covered by none.
+        """
+        fitting = [p for p in self.profiles.values()
+                   if (device is None or device in p.labels) and fits(resources, p.shape)]
+        order = {name: i for i, name in enumerate(self.profiles)}
+        return min(fitting, key=lambda p: (p.gpus, p.cpus, p.ram_mb, order[p.name]), default=None)
+
+    def carries(self, label: str) -> bool:
+        """Whether some profile's machine would carry ``label``."""
+        return any(label in p.labels for p in self.profiles.values())
+
+    def profile(self, name: str) -> SlurmProfile:
+        try:
+            return self.profiles[name]
+        except KeyError:
+            raise ProvisionError(f"no provisioner profile named {name!r} (known: "
+                                 f"{', '.join(self.profiles) or 'none'})") from None
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def request(self, profile: SlurmProfile | str, reason: str) -> MachineRequest:
+        """Ask for a machine of ``profile``, unless one is already being asked for: then that request.
+
+        Never raises for a cluster that refuses or cannot be reached: the returned request is then
+        ``failed`` and its outcome says why (and the profile is not asked again for ``retry_after_s``).
+        """
+        profile = self.profile(profile if isinstance(profile, str) else profile.name)
+        now = self.clock()
+        outstanding = self.store.outstanding(profile.name)
+        if outstanding is not None:
+            return outstanding
+        last = self.store.last(profile.name)
+        if last is not None and last.hold_until is not None and now < last.hold_until:
+            return last
+        fresh = MachineRequest(id=uuid.uuid4().hex, profile=profile.name, reason=reason, owner=self.owner,
+                               submitted_at=now)
+        held = self.store.reserve(fresh)
+        if held is not None:
+            return held  # another driver reserved the profile a moment ago
+        try:
+            job_id = self._submit(profile, fresh)
+        except ProvisionError as exc:
+            failed = fresh.model_copy(update=self._held_off({
+                "state": RequestState.FAILED,
+                "outcome": f"could not submit a Slurm job for profile {profile.name!r}: {exc}",
+            }))
+            log.warning("%s", failed.outcome)
+            self.store.update(failed)
+            return failed
+        submitted = fresh.model_copy(update={
+            "job_id": job_id, "machine": profile.machine_name(job_id), "output": self.output_of(profile, job_id),
+        })
+        if not self.store.update(submitted):
+            # Ended meanwhile by another process (it judged the submission stale): do not leave a job behind.
+            self._cancel_quietly(profile, job_id)
+            return self.store.last(profile.name) or submitted
+        log.info("submitted Slurm job %s for profile %s (%s)", job_id, profile.name, reason)
+        return submitted
+
+    def current(self, profile: SlurmProfile | str) -> MachineRequest | None:
+        """The profile's outstanding request, else its most recently ended one (for a waiting run's reason)."""
+        name = profile if isinstance(profile, str) else profile.name
+        return self.store.outstanding(name) or self.store.last(name)
+
+    def poll(self) -> list[MachineRequest]:
+        """Look at every live request once: attached, ended, or timed out (then cancel it). Returns what changed."""
+        with self._lock:  # one poll at a time per process; other processes are kept apart by the store
+            live = self.store.live()
+            states = self._all_states(live)
+            changed = []
+            for request in live:
+                profile = self.profiles.get(request.profile)
+                if profile is None:
+                    continue  # another installation's profile list knows it; leave it to them
+                moved = self._advance(profile, request, states.get(request.id), answered=request.id in states)
+                if moved is not None and moved != request and self.store.update(moved):
+                    if moved.state is not request.state:
+                        changed.append(moved)
+                        log.info("profile %s: %s", profile.name, moved.describe(self.clock()))
+            return changed
+
+    def shutdown(self) -> list[MachineRequest]:
+        """Cancel every request this process made that is still outstanding (the driver worker is stopping)."""
+        cancelled = []
+        for request in self.store.live():
+            if request.owner != self.owner or not request.state.is_outstanding() or request.job_id is None:
+                continue
+            profile = self.profiles.get(request.profile)
+            if profile is None:
+                continue
+            self._cancel_quietly(profile, request.job_id)
+            ended = request.model_copy(update={
+                "state": RequestState.CANCELLED, "ended_at": self.clock(),
+                "outcome": (f"Slurm job {request.job_id} (profile {profile.name!r}) was cancelled: "
+                            "the driver worker that asked for it shut down"),
+            })
+            if self.store.update(ended):
+                cancelled.append(ended)
+        return cancelled
+
+    # -- visibility -------------------------------------------------------------------------------
+
+    def status(self) -> list[dict[str, Any]]:
+        """One row per live job, and one ``idle`` row per profile without one (for ``fluksio placer``).
+
+        Each row: ``profile, kind, host, state`` (idle, pending, attached), ``job_id, job_state,
+        job_reason, pending_s`` (since submission, while pending), ``machine, reason`` (why it was
+        asked for), ``last`` (the outcome of the profile's last ended request, if any).
+        """
+        now = self.clock()
+        live: dict[str, list[MachineRequest]] = {}
+        for request in self.store.live():
+            live.setdefault(request.profile, []).append(request)
+        rows = []
+        for profile in self.profiles.values():
+            last = self.store.last(profile.name)
+            base = {"profile": profile.name, "kind": self.kind, "host": profile.host or "local",
+                    "shape": profile.shape.model_dump(), "labels": list(profile.labels),
+                    "last": last.outcome if last is not None else None}
+            if not live.get(profile.name):
+                rows.append({**base, "state": "idle", "job_id": None, "job_state": None, "job_reason": None,
+                             "pending_s": None, "machine": None, "reason": None})
+            for request in live.get(profile.name, []):
+                pending = request.state.is_outstanding()
+                rows.append({**base, "state": request.state.value, "job_id": request.job_id,
+                             "job_state": request.job_state, "job_reason": request.job_reason,
+                             "pending_s": round(now - request.submitted_at, 1) if pending else None,
+                             "machine": request.machine, "reason": request.reason})
+        return rows
+
+    # -- the state machine ------------------------------------------------------------------------
+
+    def _all_states(self, live: Iterable[MachineRequest]) -> dict[str, JobState | None]:
+        """Request id → its job's state; ``None`` when the job is gone. Missing: the scheduler could not say."""
+        by_profile: dict[str, list[MachineRequest]] = {}
+        for request in live:
+            if request.job_id is not None and request.profile in self.profiles:
+                by_profile.setdefault(request.profile, []).append(request)
+        states: dict[str, JobState | None] = {}
+        for name, requests in by_profile.items():
+            try:
+                known = self._states(self.profiles[name], [r.job_id for r in requests if r.job_id])
+            except ProvisionError as exc:
+                log.warning("cannot read the state of profile %s's jobs: %s", name, exc)
+                continue
+            for request in requests:
+                states[request.id] = known.get(request.job_id or "")
+        return states
+
+    def _advance(self, profile: SlurmProfile, request: MachineRequest, job: JobState | None,
+                 answered: bool) -> MachineRequest | None:
+        """The request's next state, given its job's (``answered``: the scheduler did answer; then a
+        ``None`` job is gone). ``None``: nothing to write."""
+        now = self.clock()
+        if request.job_id is None:
+            # Still being submitted; a submission that never finished (its process died) is given up.
+            if now - request.submitted_at > profile.attach_timeout_s:
+                return request.model_copy(update=self._held_off({
+                    "state": RequestState.FAILED,
+                    "outcome": f"the Slurm submission for profile {profile.name!r} never finished"}))
+            return None
+        update: dict[str, Any] = {"checked_at": now}
+        if job is not None:
+            update |= {"job_state": job.state, "job_reason": job.reason}
+        gone = answered and job is None
+        ended = gone or (job is not None and job.ended)
+        seen = "is no longer known to Slurm" if gone else f"ended ({job.state})" if job is not None else ""
+        label = f"Slurm job {request.job_id} (profile {profile.name!r})"
+        if request.state is RequestState.PENDING:
+            if request.machine and self.is_attached(request.machine):
+                return request.model_copy(update=update | {"state": RequestState.ATTACHED, "attached_at": now})
+            if ended:
+                where = f"; see its output {request.output}" if request.output else ""
+                return request.model_copy(update=update | self._held_off({
+                    "state": RequestState.FAILED, "outcome": f"{label} {seen} before its worker attached{where}"}))
+            if now - request.submitted_at >= profile.attach_timeout_s:
+                self._cancel_quietly(profile, request.job_id)
+                state = update.get("job_state") or request.job_state
+                why = update.get("job_reason") or request.job_reason
+                told = (f"Slurm said: {state}, {why}" if why and why != "None" else f"Slurm said: {state}") \
+                    if state else "its Slurm state could not be read"
+                return request.model_copy(update=update | self._held_off({
+                    "state": RequestState.CANCELLED,
+                    "outcome": (f"{label} was cancelled: its worker did not attach within "
+                                f"{profile.attach_timeout_s:g}s ({told})")}))
+        elif request.state is RequestState.ATTACHED and ended:
+            return request.model_copy(update=update | {
+                "state": RequestState.FINISHED, "ended_at": now,
+                "outcome": f"{label} {seen} after its worker ({request.machine}) attached"})
+        return request.model_copy(update=update)
+
+    def _held_off(self, update: dict[str, Any]) -> dict[str, Any]:
+        """``update`` for a request that ended badly: its profile is not asked again for ``retry_after_s``."""
+        now = self.clock()
+        return {**update, "ended_at": now, "hold_until": now + self.retry_after_s}
+
+    def _cancel_quietly(self, profile: SlurmProfile, job_id: str) -> None:
+        try:
+            self._cancel(profile, job_id)
+        except ProvisionError as exc:
+            log.warning("could not cancel Slurm job %s of profile %s: %s", job_id, profile.name, exc)
+
+    # -- what a backend provides ------------------------------------------------------------------
+
+    def output_of(self, profile: SlurmProfile, job_id: str) -> str | None:
+        """Where the job's output goes (for messages); ``None`` when unknown."""
+        return None
+
+    @abstractmethod
+    def _submit(self, profile: SlurmProfile, request: MachineRequest) -> str:
+        """Submit one job for ``profile``; its id. Raises :class:`ProvisionError`."""
+
+    @abstractmethod
+    def _states(self, profile: SlurmProfile, job_ids: list[str]) -> dict[str, JobState]:
+        """The state of each job still known to the scheduler (a job missing from the answer is gone)."""
+
+    @abstractmethod
+    def _cancel(self, profile: SlurmProfile, job_id: str) -> None:
+        """Cancel the job (idempotent: a job that already ended is no error). Raises :class:`ProvisionError`."""
+
+
+class Poller:
+    """Calls :meth:`Provisioner.poll` every ``interval_s`` seconds on a daemon thread, until stopped.
+
+    ``on_change`` receives the requests whose state changed (e.g. to wake drivers whose run's reason
+    should now say a job was cancelled); it is called with no lock held.
+    """
+
+    def __init__(self, provisioner: Provisioner, interval_s: float = 5.0,
+                 on_change: Callable[[list[MachineRequest]], None] | None = None) -> None:
+        self.provisioner = provisioner
+        self.interval_s = interval_s
+        self.on_change = on_change
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fluksio-provisioner-poll", daemon=True)
+
+    def start(self) -> Poller:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                changed = self.provisioner.poll()
+                if changed and self.on_change is not None:
+                    self.on_change(changed)
+            except Exception:  # Redis or the cluster away for a moment: the next poll tries again
+                log.warning("polling the provisioner failed", exc_info=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(self.interval_s + 5)

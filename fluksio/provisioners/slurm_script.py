@@ -1,0 +1,112 @@
+"""The batch script of a Slurm profile: ``#SBATCH`` lines, this installation's settings, the prerun
+lines, then ``exec fluksio worker`` under the name ``slurm-<profile>-$SLURM_JOB_ID``. Pure."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from fluksio.provisioners.config import SlurmProfile
+from fluksio.settings import Settings
+
+#: Settings that describe one machine (the embedded one) or the driver's side, not the installation:
+#: a provisioned worker gets its machine from the profile, and never provisions in turn.
+NOT_EXPORTED = frozenset({"machine_name", "labels", "cpus", "ram_mb", "provisioners"})
+#: ``sqlite:///relative.db`` (three slashes and no fourth): a path relative to the working directory.
+_RELATIVE_SQLITE = re.compile(r"^(sqlite(?:\+\w+)?:///)(?!/)(.+)$")
+
+
+def worker_environment(settings: Settings, cwd: Path) -> dict[str, str]:
+    """The ``FLUKSIO_*`` variables that give a provisioned worker this installation's settings.
+
+    Relative paths (artifacts folder, ``file.py`` flow sources, an SQLite file) are made absolute
+    against ``cwd``, the submitting directory: through ssh a job starts in the home directory, where
+    a relative path would name another folder. (Hosts share these paths anyway: the artifact store
+    and the flow sources must be reachable under the same name from every machine.)
+    """
+    env: dict[str, str] = {}
+    for name in type(settings).model_fields:
+        if name in NOT_EXPORTED:
+            continue
+        value = getattr(settings, name)
+        if value is None or value == []:
+            continue
+        if name == "artifacts_dir":
+            text = str(_absolute(Path(value), cwd))
+        elif name == "flows":
+            text = ",".join(_absolute_source(source, cwd) for source in value)
+        elif name == "database_url":
+            match = _RELATIVE_SQLITE.match(value)
+            text = f"{match.group(1)}{_absolute(Path(match.group(2)), cwd)}" if match and \
+                match.group(2) != ":memory:" else value
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, (list, tuple)):
+            text = ",".join(map(str, value))
+        else:
+            text = str(value)
+        env[f"FLUKSIO_{name.upper()}"] = text
+    return env
+
+
+def worker_command(profile: SlurmProfile) -> str:
+    """The line that becomes the job: a worker with the profile's inventory, exiting when idle."""
+    parts = ["exec", "fluksio", "worker", "--name", f'"slurm-{profile.name}-${{SLURM_JOB_ID}}"']
+    if profile.labels:
+        parts += ["--labels", ",".join(profile.labels)]
+    parts += ["--cpus", str(profile.cpus)]
+    if profile.gpus:
+        # Slurm names the job's GPUs (physical ids, or 0..n-1 under cgroup device confinement); either
+        # way they are the ids a call's CUDA_VISIBLE_DEVICES must name.
+        parts += ["--gpus", '"${CUDA_VISIBLE_DEVICES:?Slurm gave this job no GPUs; is gres/gpu configured?}"']
+    else:
+        parts += ["--gpus", "none"]
+    parts += ["--ram-mb", str(profile.ram_mb), "--idle-timeout", f"{profile.idle_timeout_s:g}",
+              "--loglevel", "info"]
+    return " ".join(parts)
+
+
+def sbatch_lines(profile: SlurmProfile) -> list[str]:
+    lines = [f"--job-name={profile.job_name}", "--nodes=1", "--ntasks=1", f"--cpus-per-task={profile.cpus}"]
+    if profile.ram_mb:
+        lines.append(f"--mem={profile.ram_mb}M")
+    if profile.gpus:
+        lines.append(f"--gres=gpu:{profile.gpus}")
+    if profile.time_limit:
+        lines.append(f"--time={profile.time_limit}")
+    if profile.partition:
+        lines.append(f"--partition={profile.partition}")
+    if profile.account:
+        lines.append(f"--account={profile.account}")
+    lines.append(f"--output={profile.output}")
+    lines.extend(profile.sbatch_args)  # last: an explicit argument wins over fluksio's
+    return [f"#SBATCH {line}" for line in lines]
+
+
+def batch_script(profile: SlurmProfile, environment: dict[str, str]) -> str:
+    """The whole script ``sbatch`` reads on its standard input."""
+    lines = ["#!/bin/bash", *sbatch_lines(profile), "",
+             f"# Written by fluksio for provisioner profile {profile.name!r}: a fluksio worker that dials",
+             "# back to this installation, and exits (ending the job) when it has been idle for",
+             f"# {profile.idle_timeout_s:g} s.",
+             "set -e",
+             "# This installation's settings; FLUKSIO_* variables of the submitting shell do not leak in.",
+             'for _name in $(compgen -e); do case $_name in FLUKSIO_*) unset "$_name" ;; esac; done']
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(environment.items())]
+    if profile.prerun:
+        lines += ["# The profile's prerun lines (they may override the settings above on purpose).",
+                  *profile.prerun]
+    lines.append(worker_command(profile))
+    return "\n".join(lines) + "\n"
+
+
+def _absolute(path: Path, cwd: Path) -> Path:
+    return path if path.is_absolute() else cwd / path
+
+
+def _absolute_source(source: str, cwd: Path) -> str:
+    target, colon, attr = source.partition(":")
+    if target.endswith(".py") or "/" in target:  # a file, as fluksio.flows.registry reads it
+        return f"{_absolute(Path(target), cwd)}{colon}{attr}"
+    return source

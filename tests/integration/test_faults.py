@@ -1,0 +1,170 @@
+"""Faults survived, each by killing or stopping a real process: a driver (kill -9), the broker (restarted),
+the run store (PostgreSQL stopped for seconds), and 200 submits racing from 8 processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from fluksio import RunStatus
+from fluksio.store.models import RunMetric, RunNode
+from tests.conftest import Compass
+from tests.integration import cluster_flows as flows
+from tests.integration.cluster import Cluster
+from tests.integration.servers import PostgresServer, RedisServer
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, postgres: PostgresServer) -> Iterator[Cluster]:
+    server = RedisServer(tmp_path / "redis").start()
+    setup = Cluster(tmp_path, server, postgres.new_database())
+    setup.env.update({"FLUKSIO_STALE_AFTER_S": "3", "FLUKSIO_LEASE_INTERVAL_S": "0.5",
+                      "FLUKSIO_BROKER_OUTAGE_S": "30", "FLUKSIO_DB_OUTAGE_S": "30"})
+    try:
+        setup.start_worker("node-1", "--cpus", "2", "--gpus", "none")
+        setup.wait_attached("node-1")
+        yield setup
+    finally:
+        setup.stop_all()
+        server.stop()
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise TimeoutError(what)
+
+
+def start_driver(cluster: Cluster, name: str, auto_resume: bool) -> None:
+    cluster.env["FLUKSIO_AUTO_RESUME"] = "true" if auto_resume else "false"
+    cluster.start_worker(name, "--drivers-only")
+
+
+def no_grant_held(cluster: Cluster) -> bool:
+    with cluster.client() as client:
+        return all(m["calls"] == 0 for m in client.placement()["machines"])
+
+
+def test_kill_9_of_the_driver_abandons_the_run_then_resume_finishes_it(cluster: Cluster,
+                                                                       compass: Compass) -> None:
+    start_driver(cluster, "drv-a", auto_resume=False)
+    with cluster.client() as client:
+        run = client.submit(flows.slow_chain, {"tag": "drv-kill", "pause": 1.5})
+        wait_for(lambda: list(cluster.marks.glob("drv-kill.*")), 30, "the first node never started")
+        cluster.kill("drv-a")
+        start_driver(cluster, "drv-b", auto_resume=False)
+        wait_for(lambda: client.get(run.id).status is RunStatus.ABANDONED, 30, "never abandoned")
+        assert "stopped refreshing the lease" in client.get(run.id).status_reason
+        wait_for(lambda: no_grant_held(cluster), 15, "a grant stayed held")
+        record = client.resume(run.id).wait(timeout=60)
+        assert record.status is RunStatus.OK and record.result == {"d": 4}
+        assert record.resumed_from is RunStatus.ABANDONED
+    compass.add("faults survived")
+
+
+def test_kill_9_of_the_driver_with_auto_resume(cluster: Cluster, compass: Compass) -> None:
+    start_driver(cluster, "drv-c", auto_resume=True)
+    with cluster.client() as client:
+        run = client.submit(flows.slow_chain, {"tag": "drv-auto", "pause": 1.5})
+        wait_for(lambda: list(cluster.marks.glob("drv-auto.*")), 30, "the first node never started")
+        cluster.kill("drv-c")
+        start_driver(cluster, "drv-d", auto_resume=True)
+        record = run.wait(timeout=90)
+        assert record.status is RunStatus.OK, record.status_reason
+        assert record.resumed_from is RunStatus.ABANDONED and record.resume_count == 1
+        wait_for(lambda: no_grant_held(cluster), 15, "a grant stayed held")
+    compass.add("faults survived")
+
+
+def test_redis_restarted_mid_run_completes_or_names_the_broker(cluster: Cluster, compass: Compass) -> None:
+    start_driver(cluster, "drv-r", auto_resume=False)
+    with cluster.client() as client:
+        run = client.submit(flows.slow_chain, {"tag": "redis-restart", "pause": 1.0})
+        wait_for(lambda: list(cluster.marks.glob("redis-restart.*")), 30, "the first node never started")
+        cluster.redis.stop()
+        time.sleep(1.0)
+        cluster.redis.start()
+        started = time.monotonic()
+        record = run.wait(timeout=120)  # the bound: nothing hangs past it
+        assert time.monotonic() - started < 120
+        assert record.status in (RunStatus.OK, RunStatus.ERROR)
+        if record.status is RunStatus.ERROR:
+            assert f"127.0.0.1:{cluster.redis.port}" in record.status_reason
+        else:
+            assert record.result == {"d": 4}
+        # The installation still works after the restart.
+        cluster.wait_attached("node-1")
+        assert client.submit(flows.tiny, {"i": 1}).wait(timeout=60).status is RunStatus.OK
+    compass.add("faults survived")
+
+
+def test_the_database_stopped_for_seconds_mid_run(cluster: Cluster, postgres: PostgresServer,
+                                                  compass: Compass) -> None:
+    start_driver(cluster, "drv-p", auto_resume=False)
+    with cluster.client() as client:
+        run = client.submit(flows.slow_chain, {"tag": "db-outage", "pause": 1.0})
+        wait_for(lambda: list(cluster.marks.glob("db-outage.*")), 30, "the first node never started")
+        postgres.pause()
+        time.sleep(4)
+        postgres.resume()
+        record = run.wait(timeout=90)
+        assert record.status is RunStatus.OK, record.status_reason
+        assert record.result == {"d": 4}
+        assert len(client.metrics(run.id)["progress"]) == 10
+        assert client.runs(status="running") == []
+    compass.add("faults survived")
+
+
+SUBMITTER = """
+import json, sys
+from fluksio import Settings, connect
+sys.path.insert(0, sys.argv[2])
+from tests.integration import cluster_flows as flows
+settings = Settings(**json.loads(sys.argv[1]))
+with connect(settings) as client:
+    ids = [client.submit(flows.tiny, {"i": int(sys.argv[3]) * 100 + k}).id for k in range(25)]
+print(json.dumps(ids))
+"""
+
+
+def test_200_submits_from_8_processes_all_finish_with_no_duplicate_or_lost_rows(
+        cluster: Cluster, compass: Compass) -> None:
+    start_driver(cluster, "drv-s", auto_resume=False)
+    cluster.start_worker("node-2", "--cpus", "2", "--gpus", "none")
+    cluster.wait_attached("node-2")
+    settings = cluster.settings()
+    config = json.dumps({"broker_url": settings.broker_url, "database_url": settings.database_url,
+                         "artifacts_dir": str(settings.artifacts_dir), "flows": settings.flows})
+    repo = str(Path(__file__).resolve().parents[2])
+    submitters = [subprocess.Popen([sys.executable, "-c", SUBMITTER, config, repo, str(p)],
+                                   stdout=subprocess.PIPE, text=True, env=cluster.env) for p in range(8)]
+    ids = [run_id for s in submitters for run_id in json.loads(s.communicate(timeout=120)[0])]
+    assert len(ids) == len(set(ids)) == 200
+    with cluster.client() as client:
+        deadline = time.monotonic() + 240
+        records = [client.handle(run_id).wait(timeout=max(1.0, deadline - time.monotonic())) for run_id in ids]
+        lost = sum(r.status is not RunStatus.OK for r in records)
+        with client.runtime.db.read() as session:
+            node_rows = session.scalar(select(func.count()).select_from(RunNode).where(RunNode.run_id.in_(ids)))
+            distinct = session.scalar(select(func.count(func.distinct(RunNode.run_id + RunNode.node)))
+                                      .where(RunNode.run_id.in_(ids)))
+            metric_rows = session.scalar(select(func.count()).select_from(RunMetric)
+                                         .where(RunMetric.run_id.in_(ids)))
+    compass.add("runs lost", lost)
+    compass.add("rows duplicated", node_rows - distinct)
+    assert lost == 0
+    assert node_rows == distinct == 200
+    assert metric_rows == 200 * 10
+    compass.add("faults survived")

@@ -31,8 +31,19 @@ log = logging.getLogger(__name__)
 
 def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
     """Run the call described by ``call`` (see the driver's dispatch) and push its completion."""
-    grant = Grant.model_validate(call["grant"])
-    if not runtime.ledger.start(call["call_id"]):
+    try:
+        grant = Grant.model_validate(call["grant"])
+        call_id, flow_name = str(call["call_id"]), str(call["flow"])
+        call["run_id"], call["node"], call["attempt"], call["inputs"]  # noqa: B018 - all must be there
+    except (KeyError, TypeError, ValueError):
+        log.error("refusing a malformed node call: %.300r", call)
+        return
+    if flow_name not in runtime.registry.names():
+        # Never import what a message names: only flows this installation registered may run.
+        log.error("refusing call %s: flow %r is not registered on this worker (registered: %s)", call_id,
+                  flow_name, ", ".join(runtime.registry.names()) or "none")
+        return
+    if not runtime.ledger.start(call_id):
         # A redelivery of a call its driver has already settled (retried elsewhere, cancelled).
         log.warning("dropping call %s: it is already settled or running elsewhere", call["call_id"])
         return

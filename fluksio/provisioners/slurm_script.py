@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 from fluksio.provisioners.config import SlurmProfile
 from fluksio.settings import Settings
@@ -21,33 +22,41 @@ def worker_environment(settings: Settings, cwd: Path) -> dict[str, str]:
     """The ``FLUKSIO_*`` variables that give a provisioned worker this installation's settings.
 
     Relative paths (artifacts folder, ``file.py`` flow sources, an SQLite file) are made absolute
-    against ``cwd``, the submitting directory: through ssh a job starts in the home directory, where
-    a relative path would name another folder. (Hosts share these paths anyway: the artifact store
-    and the flow sources must be reachable under the same name from every machine.)
+    against ``cwd``, the submitting directory, and always exported: a job's prerun may change directory,
+    and through ssh a job starts in the home directory. (Hosts share these paths anyway: the artifact
+    store and the flow sources must be reachable under the same name from every machine.) Other
+    settings at their defaults stay unsaid, so a cluster's fluksio a version behind still starts (it
+    would reject a setting it does not know) and keeps the defaults both versions share.
     """
     env: dict[str, str] = {}
-    for name in type(settings).model_fields:
-        if name in NOT_EXPORTED:
-            continue
+    for name, field in type(settings).model_fields.items():
         value = getattr(settings, name)
-        if value is None or value == []:
+        if name in NOT_EXPORTED or value is None:
             continue
-        if name == "artifacts_dir":
-            text = str(_absolute(Path(value), cwd))
-        elif name == "flows":
-            text = ",".join(_absolute_source(source, cwd) for source in value)
-        elif name == "database_url":
-            match = _RELATIVE_SQLITE.match(value)
-            text = f"{match.group(1)}{_absolute(Path(match.group(2)), cwd)}" if match and \
-                match.group(2) != ":memory:" else value
-        elif isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, (list, tuple)):
-            text = ",".join(map(str, value))
-        else:
-            text = str(value)
-        env[f"FLUKSIO_{name.upper()}"] = text
+        text, absolute = _render(name, value, cwd)
+        if absolute or value != field.get_default(call_default_factory=True):
+            env[f"FLUKSIO_{name.upper()}"] = text
     return env
+
+
+def _render(name: str, value: Any, cwd: Path) -> tuple[str, bool]:
+    """The setting as an environment value, and whether a relative path in it was made absolute."""
+    if name == "artifacts_dir":
+        path = Path(str(value))
+        return str(_absolute(path, cwd)), not path.is_absolute()
+    if name == "flows":
+        sources = [_absolute_source(source, cwd) for source in value]
+        return ",".join(sources), sources != list(value)
+    if name == "database_url":
+        match = _RELATIVE_SQLITE.match(str(value))
+        if match and match.group(2) != ":memory:":
+            return f"{match.group(1)}{_absolute(Path(match.group(2)), cwd)}", True
+        return str(value), False
+    if isinstance(value, bool):
+        return ("true" if value else "false"), False
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value)), False
+    return str(value), False
 
 
 def worker_command(profile: SlurmProfile) -> str:

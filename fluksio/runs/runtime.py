@@ -57,12 +57,21 @@ class Runtime:
         from fluksio.placement.redis import RedisBooks
 
         from redis.backoff import ExponentialBackoff
+        from redis.exceptions import AuthenticationError
         from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.exceptions import TimeoutError as RedisTimeoutError
         from redis.retry import Retry
 
-        # Every command retries through a broker outage (a restart, say) for about broker_outage_s.
-        retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=int(settings.broker_outage_s) + 5)
+        class OutageRetry(Retry):
+            """Retry through an outage (a restart, say) for about broker_outage_s — but never a refused login."""
+
+            def call_with_retry(self, do, fail, is_retryable=None, with_failure_count=False):  # type: ignore[no-untyped-def]
+                def retryable(error: Exception) -> bool:
+                    return not isinstance(error, AuthenticationError) and (is_retryable is None or is_retryable(error))
+
+                return super().call_with_retry(do, fail, retryable, with_failure_count)
+
+        retry = OutageRetry(ExponentialBackoff(cap=1.0, base=0.05), retries=int(settings.broker_outage_s) + 5)
         client = redis.Redis.from_url(
             settings.broker_url, socket_keepalive=True, socket_connect_timeout=5, health_check_interval=30,
             retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError],

@@ -39,28 +39,47 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, workdir: Path) -> None:
+    """A real redis-server; with ``password`` it requires AUTH, with ``tls`` it speaks only TLS (self-signed)."""
+
+    def __init__(self, workdir: Path, password: str | None = None, tls: bool = False) -> None:
         self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.password = password
+        self.tls = tls
+        auth = f":{password}@" if password else ""
+        scheme = "rediss" if tls else "redis"
+        query = "?ssl_cert_reqs=none" if tls else ""
+        self.url = f"{scheme}://{auth}127.0.0.1:{self.port}/0{query}"
         self.workdir = workdir
         self.process: subprocess.Popen[bytes] | None = None
+
+    def _tls_arguments(self) -> list[str]:
+        cert, key = self.workdir / "redis.crt", self.workdir / "redis.key"
+        if not cert.exists():
+            subprocess.run([need("openssl"), "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                            "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                           check=True, capture_output=True, timeout=60)
+        return ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(cert), "--tls-key-file",
+                str(key), "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"]
 
     def start(self) -> RedisServer:
         binary = need("redis-server")
         self.workdir.mkdir(parents=True, exist_ok=True)
+        listen = self._tls_arguments() if self.tls else ["--port", str(self.port)]
+        secret = ["--requirepass", self.password] if self.password else []
         self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            [binary, *listen, *secret, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", str(self.workdir), "--logfile", str(self.workdir / "redis.log")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
+        import redis
+
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        return self
-            except OSError:
+                if client.ping():
+                    return self
+            except redis.RedisError:
                 time.sleep(0.05)
         raise RuntimeError(f"redis-server did not answer on port {self.port}; see {self.workdir / 'redis.log'}")
 

@@ -28,6 +28,8 @@ from fluksio.worker.embedded import EmbeddedWorkers
 
 #: First and longest pause between two looks at a run's row while waiting, in seconds.
 WAIT_FIRST_S, WAIT_MAX_S = 0.005, 0.2
+#: How long closing an embedded client waits for its drivers to hand their runs over, in seconds.
+STOP_DRIVERS_S = 3.0
 
 _open_clients: weakref.WeakSet[Client] = weakref.WeakSet()
 
@@ -177,7 +179,11 @@ class Client:
         return status
 
     def placement(self) -> dict[str, Any]:
-        return self.runtime.placer.snapshot()
+        """Every machine (total, free, labels, calls, heartbeat), what waits and why, and the provisioners."""
+        snapshot = self.runtime.placer.snapshot()
+        if self.runtime.provisioner is not None:
+            snapshot["provisioners"] = self.runtime.provisioner.status()
+        return snapshot
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -192,6 +198,11 @@ class Client:
                 return
             self._closed = True
         if self._workers is not None:
+            # Runs still driven here end `abandoned` (resumable) rather than `running` forever.
+            self.runtime.stop_driving()
+            deadline = time.monotonic() + STOP_DRIVERS_S
+            while self.runtime.driving and time.monotonic() < deadline:
+                time.sleep(0.01)
             self._sweeper.stop()
             self._workers.stop()
         self.runtime.close()

@@ -29,3 +29,9 @@ INBOX_KEY = KEY_PREFIX + "inbox:"
 CALL_KEY = KEY_PREFIX + "call:"
 #: Pub/sub channel of run and node events.
 EVENTS_CHANNEL = KEY_PREFIX + "events"
+#: STRING: id of a profile's outstanding machine request: ``PROVISION_SLOT_KEY + profile``.
+PROVISION_SLOT_KEY = KEY_PREFIX + "provision:slot:"
+#: HASH request id → request, for every live (pending or attached) machine request.
+PROVISION_LIVE_KEY = KEY_PREFIX + "provision:live"
+#: STRING: a profile's most recently ended machine request: ``PROVISION_LAST_KEY + profile``.
+PROVISION_LAST_KEY = KEY_PREFIX + "provision:last:"

@@ -49,3 +49,7 @@ class StoreUnavailable(FluksioError):
 
 class BrokerUnavailable(FluksioError):
     """The broker (Redis) could not be reached for longer than the configured outage bound."""
+
+
+class ProvisionError(FluksioError):
+    """A cluster could not be asked for a machine (a command failed, timed out, or is missing)."""

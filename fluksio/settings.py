@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     artifacts_dir: Path = Path(".fluksio/artifacts")
     #: Modules or ``file.py`` paths whose flows are registered (comma-separated in the environment).
     flows: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: Provisioner profiles (a JSON list); unset: ``config/provisioners.json`` in the working directory if
+    #: present, else none.
     provisioners: Path | None = None
 
     #: Name of this machine in the placer's books (default: the host name).

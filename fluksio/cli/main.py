@@ -262,8 +262,15 @@ def placer(as_json: bool) -> None:
         out.print(waiting)
     else:
         out.print("nothing waiting")
-    for p in snapshot["provisioners"]:
-        out.print(f"provisioner shape {p['shape']} labels {','.join(p['labels'])}")
+    if snapshot["provisioners"] and "profile" in snapshot["provisioners"][0]:
+        profiles = Table(show_edge=False, header_style="bold", title="provisioners", title_justify="left")
+        for column in ("profile", "labels", "state", "job", "slurm state", "pending", "note"):
+            profiles.add_column(column)
+        for p in snapshot["provisioners"]:
+            pending = f"{p['pending_s']:.0f}s" if p.get("pending_s") is not None else ""
+            profiles.add_row(p["profile"], ",".join(p.get("labels") or []), p.get("state") or "",
+                             str(p.get("job_id") or ""), p.get("job_state") or "", pending, p.get("reason") or "")
+        out.print(profiles)
 
 
 @cli.command()
@@ -275,10 +282,13 @@ def placer(as_json: bool) -> None:
 @click.option("--drivers", is_flag=True, help="Also run drivers, in a process and pool of their own.")
 @click.option("--drivers-only", is_flag=True, help="Run only drivers (no node calls).")
 @click.option("--profile", type=click.Path(dir_okay=False), help="A worker profile (TOML); flags override it.")
+@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Exit after this many seconds without a node call (for provisioned workers).")
 @click.option("--loglevel", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def worker(name: str | None, labels: str | None, cpus: int | None, gpus: str | None, ram_mb: int | None,
-           drivers: bool, drivers_only: bool, profile: str | None, loglevel: str) -> None:
+           drivers: bool, drivers_only: bool, profile: str | None, idle_timeout: float | None,
+           loglevel: str) -> None:
     """Run a Celery worker for this machine: node calls on <label>@<name> queues, drivers with --drivers."""
     from fluksio.worker.inventory import build_inventory
     from fluksio.worker.profile import WorkerProfile, load_profile
@@ -294,7 +304,7 @@ def worker(name: str | None, labels: str | None, cpus: int | None, gpus: str | N
     if drivers_only:
         run_driver_worker(settings, inventory.name, loglevel.upper())
     else:
-        run_node_worker(settings, inventory, drivers, loglevel.upper())
+        run_node_worker(settings, inventory, drivers, loglevel.upper(), idle_timeout_s=idle_timeout)
 
 
 @cli.group()

@@ -24,7 +24,7 @@ from fluksio.placement.placer import Request, Waiting
 from fluksio.runs.cache import cache_key, cacheable, lookup
 from fluksio.runs.inbox import CANCEL, DONE
 from fluksio.runs.runtime import Runtime
-from fluksio.schemas import DevicePolicy, Grant, NodeStatus, RunStatus
+from fluksio.schemas import DevicePolicy, Grant, NodeStatus, Resources, RunStatus
 from fluksio.store import runs as run_rows
 from fluksio.store.models import RunArtifact, RunNode
 from fluksio.settings import redact_url
@@ -44,9 +44,17 @@ def queue_for(device: str | None, grant: Grant, machine_labels: tuple[str, ...])
     return f"{label}@{grant.machine}"
 
 
-def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke) -> None:
-    """Drive one run to its end. Returns quietly when another driver has claimed it."""
+def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
+          requeue: Callable[[str], None] | None = None) -> None:
+    """Drive one run to its end. Returns quietly when another driver has claimed it.
+
+    ``requeue(run_id)`` hands a queued run to another driver; it is used when this process is shutting
+    down while the run waits (or, with auto_resume, runs).
+    """
     db = runtime.db
+    if runtime.stopping.is_set() and requeue is not None:
+        requeue(run_id)  # this process is shutting down: leave the run to another driver
+        return
     try:
         run = run_rows.get_run(db, run_id)
     except RunNotFound:
@@ -61,12 +69,19 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke) -> 
         run_rows.transition(db, run_id, RunStatus.ERROR, status_reason=str(exc), finished_at=run_rows.utcnow())
         return
     if not _wait_for_labels(runtime, run_id, flow):
-        return  # cancelled (or claimed elsewhere) while it waited
+        if runtime.stopping.is_set() and requeue is not None:
+            requeue(run_id)  # still queued: another driver takes over the wait
+        return  # cancelled, claimed elsewhere, or handed over while it waited
     if not run_rows.claim(db, run_id, digest):
         return  # another driver won the claim, or the run was cancelled while queued
     runtime.events.publish("run_started", run_id=run_id, flow=flow.name)
-    Driver(runtime, run_id, run.params or {}, flow, dispatch, revoke, code_digest=digest,
-           use_cache=not run.no_cache).run()
+    driver = Driver(runtime, run_id, run.params or {}, flow, dispatch, revoke, code_digest=digest,
+                    use_cache=not run.no_cache)
+    driver.run()
+    if driver.handed_over and runtime.settings.auto_resume and requeue is not None:
+        run_rows.resume(runtime.db, run_id)
+        runtime.inbox.close(run_id)
+        requeue(run_id)
 
 
 def missing_labels(runtime: Runtime, flow: Flow) -> list[str]:
@@ -74,6 +89,20 @@ def missing_labels(runtime: Runtime, flow: Flow) -> list[str]:
     wanted = {n.device for n in flow.nodes.values() if n.device and n.device_policy is DevicePolicy.REQUIRE}
     carried = {label for m in runtime.placer.machines() for label in (m.name, *m.labels)}
     return sorted(wanted - carried)
+
+
+def ask_for_machine(runtime: Runtime, resources: Resources, device: str | None, why: str) -> str | None:
+    """Ask a provisioner for a machine that could take the call; what became of the ask, in words."""
+    provisioner = runtime.provisioner
+    if provisioner is None:
+        return None
+    profile = provisioner.covers(resources, device)
+    if profile is None:
+        return None
+    try:
+        return provisioner.request(profile, why).describe(time.time())
+    except FluksioError as exc:  # a cluster that cannot be asked is a reason to show, not a failed run
+        return f"could not ask for a machine: {exc}"
 
 
 def _wait_for_labels(runtime: Runtime, run_id: str, flow: Flow) -> bool:
@@ -86,10 +115,18 @@ def _wait_for_labels(runtime: Runtime, run_id: str, flow: Flow) -> bool:
         return True
     wake = lambda: runtime.inbox.wake(run_id)  # noqa: E731
     runtime.placer.add_listener(wake)
+    runtime.driving.add(run_id)
     try:
         said = None
         while missing:
+            if runtime.stopping.is_set():
+                return False
             reason = "Waiting for a worker labelled " + " and ".join(repr(label) for label in missing)
+            for label in missing:
+                needs = [n for n in flow.nodes.values() if n.device == label]
+                asked = ask_for_machine(runtime, needs[0].resources, label, f"run {run_id}") if needs else None
+                if asked:
+                    reason = f"{reason}; {asked}"
             if reason != said:
                 run_rows.set_reason(runtime.db, run_id, reason)
                 runtime.events.publish("run_queued", run_id=run_id, flow=flow.name, reason=reason)
@@ -100,6 +137,7 @@ def _wait_for_labels(runtime: Runtime, run_id: str, flow: Flow) -> bool:
             missing = missing_labels(runtime, flow)
         return True
     finally:
+        runtime.driving.discard(run_id)
         runtime.placer.remove_listener(wake)
 
 
@@ -125,6 +163,8 @@ class Driver:
         #: Per node, the attempt number this drive started from (a resumed run continues the count).
         self.first_attempt: dict[str, int] = {}
         self.lost_run = False
+        #: This process is shutting down: the run was left for another driver.
+        self.handed_over = False
         self._restore_earlier_rows()
 
     def _restore_earlier_rows(self) -> None:
@@ -152,7 +192,10 @@ class Driver:
         self.rt.driving.add(self.run_id)
         try:
             self._loop()
-            if not self.lost_run:
+            if self.handed_over:
+                run_rows.finish(self.rt.db, self.run_id, RunStatus.ABANDONED,
+                                "its driver's worker was shut down mid-run; `fluksio resume` re-drives it", None)
+            elif not self.lost_run:
                 self._finish()
         except Exception as exc:
             log.exception("driver of run %s failed", self.run_id)
@@ -171,6 +214,9 @@ class Driver:
         next_lease = time.monotonic() + settings.lease_interval_s
         next_check = time.monotonic() + settings.heartbeat_interval_s
         while True:
+            if self.rt.stopping.is_set() and not self.cancelled:
+                self.handed_over = True
+                return
             if not self.cancelled:
                 self._schedule()
             if self.cancelled or (not self.walk.running() and not self.walk.ready()):

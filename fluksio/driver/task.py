@@ -30,4 +30,7 @@ def register_drive_task(app: Celery, interrupt_local: Callable[[str], object] | 
             else:
                 self.app.control.revoke(call_id, terminate=True, signal="SIGKILL")
 
-        drive(runtime, run_id, dispatch, revoke)
+        def requeue(queued_run_id: str) -> None:
+            self.app.send_task(DRIVE_TASK, args=[queued_run_id], shadow="drive (handed over)")
+
+        drive(runtime, run_id, dispatch, revoke, requeue)

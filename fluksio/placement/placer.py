@@ -42,6 +42,8 @@ class Waiting:
     reason: str
     #: True when no attached machine carries the label at all (not merely busy).
     no_machine: bool = False
+    #: The request after clamping, as a provisioner would have to grant it (``None``: not clamped yet).
+    wanted: Resources | None = None
 
 
 class Placer:
@@ -118,7 +120,7 @@ class Placer:
                 if grant is not None:
                     return grant
                 raced = True  # another driver took it between our look and our take
-        return _Raced(reason) if raced else Waiting(reason)
+        return _Raced(reason) if raced else Waiting(reason, wanted=wanted)
 
     @staticmethod
     def _candidates(request: Request, views: list[MachineView]) -> list[MachineView]:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fluksio.errors import FluksioError
+from fluksio.errors import ProvisionError
 from fluksio.placement.clamp import fits
 from fluksio.provisioners.config import SlurmProfile
 from fluksio.provisioners.request import MachineRequest, RequestState
@@ -45,10 +45,6 @@ ENDED_JOB_STATES = frozenset({
     "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
     "REVOKED", "SPECIAL_EXIT", "TIMEOUT",
 })
-
-
-class ProvisionError(FluksioError):
-    """A cluster could not be asked (a command failed, timed out, or is missing)."""
 
 
 @dataclass(frozen=True)

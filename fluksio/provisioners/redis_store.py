@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import redis
 
-from fluksio.constants import KEY_PREFIX
+from fluksio.constants import PROVISION_LAST_KEY as LAST_KEY
+from fluksio.constants import PROVISION_LIVE_KEY as LIVE_KEY
+from fluksio.constants import PROVISION_SLOT_KEY as SLOT_KEY
 from fluksio.provisioners.request import MachineRequest
 from fluksio.provisioners.store import RequestStore
 
-#: STRING: id of a profile's outstanding request: ``SLOT_KEY + profile``.
-SLOT_KEY = KEY_PREFIX + "provision:slot:"
-#: HASH request id → request, for every live (pending or attached) request.
-LIVE_KEY = KEY_PREFIX + "provision:live"
-#: STRING: a profile's most recently ended request: ``LAST_KEY + profile``.
-LAST_KEY = KEY_PREFIX + "provision:last:"
 
 # KEYS: slot, live. ARGV: id, request JSON. Returns the outstanding request's JSON, or nil when reserved.
 _RESERVE = """

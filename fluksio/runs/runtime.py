@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from dataclasses import dataclass, field
 
 from fluksio.artifacts.local import LocalArtifactStore
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.flows.registry import FlowRegistry
 from fluksio.placement.placer import Placer
+from fluksio.provisioners.base import Provisioner
 from fluksio.runs.events import Events, MemoryEvents, RedisEvents
 from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
 from fluksio.runs.ledger import CallLedger, MemoryLedger, RedisLedger
@@ -37,6 +39,10 @@ class Runtime:
     redis: object | None = None
     #: Runs this process is driving now (its sweeper spares them: they are alive).
     driving: set[str] = field(default_factory=set)
+    #: Set when this process shuts down: drivers hand their runs over instead of holding the exit up.
+    stopping: threading.Event = field(default_factory=threading.Event)
+    #: Starts machines on demand (Slurm), when the installation has profiles; distributed mode only.
+    provisioner: Provisioner | None = None
 
     @classmethod
     def embedded(cls, settings: Settings) -> Runtime:
@@ -77,10 +83,13 @@ class Runtime:
             retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError],
         )
         books = RedisBooks(client, settings.heartbeat_ttl_s)
+        provisioner = _provisioner(settings, client)
+        placer = Placer(books, provisioner_shapes=provisioner.shapes() if provisioner else ())
         return cls(settings=settings, db=_database(settings), artifacts=LocalArtifactStore(settings.artifacts_dir),
-                   registry=_registry(settings), placer=Placer(books), inbox=RedisInbox(client),
+                   registry=_registry(settings), placer=placer, inbox=RedisInbox(client),
                    ledger=RedisLedger(client), events=RedisEvents(client),
-                   machine=machine or settings.machine_name or socket.gethostname(), redis=client)
+                   machine=machine or settings.machine_name or socket.gethostname(), redis=client,
+                   provisioner=provisioner)
 
     @classmethod
     def standalone(cls, settings: Settings) -> Runtime:
@@ -89,9 +98,30 @@ class Runtime:
                    artifacts=LocalArtifactStore(settings.artifacts_dir), registry=_registry(settings),
                    placer=Placer(), inbox=MemoryInbox(), ledger=MemoryLedger(), events=MemoryEvents())
 
+    def stop_driving(self) -> None:
+        """Tell every driver in this process to hand its run over, and wake them to hear it."""
+        self.stopping.set()
+        for run_id in list(self.driving):
+            try:
+                self.inbox.wake(run_id)
+            except Exception:  # the broker may be what is going away
+                log.debug("could not wake the driver of %s", run_id, exc_info=True)
+
     def close(self) -> None:
         self.placer.books.close()
         self.db.dispose()
+
+
+def _provisioner(settings: Settings, client: object) -> Provisioner | None:
+    from fluksio.constants import HEARTBEAT_KEY
+    from fluksio.provisioners import create_provisioner, load_profiles, profiles_path
+    from fluksio.provisioners.redis_store import RedisRequestStore
+
+    path = profiles_path(settings.provisioners)
+    if path is None:
+        return None
+    return create_provisioner(load_profiles(path), settings, RedisRequestStore(client),
+                              is_attached=lambda name: bool(client.exists(HEARTBEAT_KEY + name)))
 
 
 def _database(settings: Settings) -> Database:

@@ -13,18 +13,20 @@ import subprocess
 import sys
 from typing import Any
 
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_shutting_down
 
-from fluksio.constants import DRIVERS_QUEUE
+from fluksio.constants import CHANGES_CHANNEL, DRIVERS_QUEUE
 from fluksio.errors import ConfigError
 from fluksio.execution.isolated import die_with_parent
 from fluksio.placement.redis import RedisBooks
+from fluksio.provisioners import Poller
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import Inventory
 from fluksio.settings import Settings, redact_url
 from fluksio.worker.app import create_app, start_sweeper
 from fluksio.worker.embedded import node_queues
 from fluksio.worker.heartbeat import Heartbeat
+from fluksio.worker.idle import IdleExit, celery_busy, grants_held
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,8 @@ def _fresh_connections_after_fork(runtime: Runtime) -> None:
         runtime.db.write_engine.dispose(close=False)
 
 
-def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool, loglevel: str) -> None:
+def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool, loglevel: str,
+                    idle_timeout_s: float | None = None) -> None:
     require_distributed(settings)
     runtime = Runtime.distributed(settings, machine=inventory.name)
     books = runtime.placer.books
@@ -58,6 +61,9 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
     books.attach(inventory)
     heartbeat = Heartbeat(books, inventory, settings.heartbeat_interval_s)
     heartbeat.start()
+    # A provisioned worker (a Slurm job) gives its resources back once nothing calls it for a while.
+    idle = (IdleExit(idle_timeout_s, [celery_busy, grants_held(books, inventory.name)]).start_when_ready()
+            if idle_timeout_s else None)
     log.info("machine %s attached: %s", inventory.name, inventory.model_dump_json())
     try:
         worker = app.Worker(
@@ -67,6 +73,8 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
         worker.start()
         code = worker.exitcode
     finally:
+        if idle is not None:
+            idle.stop()
         heartbeat.stop()
         try:
             books.detach(inventory.name)
@@ -84,6 +92,13 @@ def run_driver_worker(settings: Settings, name: str, loglevel: str) -> None:
     runtime = Runtime.distributed(settings, machine=name)
     app = create_app(settings, runtime)
     sweeper = start_sweeper(app, runtime)
+    poller = start_poller(runtime)
+
+    @worker_shutting_down.connect(weak=False)
+    def _hand_over(**_: Any) -> None:
+        # A warm shutdown waits for running tasks, and a driver runs as long as its run: let them go.
+        runtime.stop_driving()
+
     try:
         worker = app.Worker(
             hostname=f"drivers@{name}", queues=[DRIVERS_QUEUE], concurrency=settings.driver_concurrency,
@@ -93,8 +108,22 @@ def run_driver_worker(settings: Settings, name: str, loglevel: str) -> None:
         code = worker.exitcode
     finally:
         sweeper.stop()
+        if poller is not None:
+            poller.stop()
+        if runtime.provisioner is not None:
+            # Machines this process asked for and that never came are not left waiting in the queue.
+            runtime.provisioner.shutdown()
         runtime.close()
     sys.exit(code or 0)
+
+
+def start_poller(runtime: Runtime) -> Poller | None:
+    """Watch this installation's machine requests; every change wakes waiting drivers."""
+    if runtime.provisioner is None:
+        return None
+    redis_client = runtime.redis
+    return Poller(runtime.provisioner, interval_s=min(2.0, runtime.settings.heartbeat_interval_s * 2),
+                  on_change=lambda _request: redis_client.publish(CHANGES_CHANNEL, "provision")).start()
 
 
 def _spawn_driver_process(name: str, loglevel: str) -> subprocess.Popen[bytes]:

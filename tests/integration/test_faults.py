@@ -168,3 +168,19 @@ def test_200_submits_from_8_processes_all_finish_with_no_duplicate_or_lost_rows(
     assert node_rows == distinct == 200
     assert metric_rows == 200 * 10
     compass.add("faults survived")
+
+
+def test_a_driver_worker_stopped_mid_run_hands_the_run_over(cluster: Cluster, compass: Compass) -> None:
+    start_driver(cluster, "drv-h", auto_resume=True)
+    with cluster.client() as client:
+        run = client.submit(flows.slow_chain, {"tag": "handover", "pause": 1.0})
+        wait_for(lambda: list(cluster.marks.glob("handover.*")), 30, "the first node never started")
+        started = time.monotonic()
+        cluster.stop("drv-h")  # a warm shutdown must not wait for the run to end
+        assert time.monotonic() - started < 15
+        wait_for(lambda: client.get(run.id).resume_count == 1, 15,
+                 f"the run was not handed over: {client.get(run.id).status} {client.get(run.id).status_reason}")
+        start_driver(cluster, "drv-i", auto_resume=True)
+        record = run.wait(timeout=60)
+        assert record.status is RunStatus.OK and record.resumed_from is RunStatus.ABANDONED
+    compass.add("faults survived")

@@ -19,7 +19,7 @@ from fluksio.errors import FluksioError
 from fluksio.schemas import RunStatus
 from fluksio.settings import load_settings
 from fluksio.store.db import Database
-from fluksio.runs.metrics import series_of
+from fluksio.runs.metrics import latest_of, series_of
 from fluksio.store.metrics import latest_metrics
 from fluksio.store.nodes import artifacts_of
 
@@ -50,7 +50,8 @@ def _client() -> Client:
     return connect(load_settings())
 
 
-def _wait_live(client: Client, handle: RunHandle, total: int, timeout: float | None, quiet: bool) -> None:
+def _wait_live(client: Client, handle: RunHandle, total: int, timeout: float | None, quiet: bool,
+               activity: render.RunActivity | None = None) -> None:
     deadline = None if timeout is None else time.monotonic() + timeout
     out = render.console(stderr=True)
     try:
@@ -60,7 +61,8 @@ def _wait_live(client: Client, handle: RunHandle, total: int, timeout: float | N
             while True:
                 record = client.get(handle.id)
                 if show:
-                    live.update(render.progress_line(record, total, latest_metrics(client.runtime.db, handle.id)))
+                    latest = latest_metrics(client.runtime.db, handle.id)
+                    live.update(render.progress_view(record, total, latest, activity))
                 if record.status.is_terminal():
                     return
                 if deadline is not None and time.monotonic() > deadline:
@@ -90,16 +92,26 @@ def _run(flow_ref: str, params: tuple[str, ...], seed: int | None, group: str | 
             raise click.UsageError("--detach needs a shared broker (FLUKSIO_BROKER_URL); the embedded default "
                                    "runs inside this command and stops with it")
         flow = client.runtime.registry.resolve(flow_ref)
-        handle = client.submit(flow, parse_params(params, string_inputs(flow.inputs)), seed=seed, group=group, no_cache=no_cache)
-        if detach:
-            click.echo(handle.id)
-            return
-        if not as_json:
-            render.console(stderr=True).print(f"run [bold]{handle.id}[/bold] of flow {flow.name} submitted")
+        values = parse_params(params, string_inputs(flow.inputs))
+        watching = not (detach or as_json)
+        # Listen before submitting: in the embedded default the first calls may start before submit returns.
+        activity = render.RunActivity() if watching else None
+        unsubscribe = client.runtime.events.subscribe(activity.observe) if activity else (lambda: None)
         try:
-            _wait_live(client, handle, len(flow.nodes), timeout, quiet=as_json)
-        except KeyboardInterrupt:
-            sys.exit(EXIT_INTERRUPTED)
+            handle = client.submit(flow, values, seed=seed, group=group, no_cache=no_cache)
+            if detach:
+                click.echo(handle.id)
+                return
+            if activity is not None:
+                activity.run_id = handle.id
+            if not as_json:
+                render.console(stderr=True).print(f"run [bold]{handle.id}[/bold] of flow {flow.name} submitted")
+            try:
+                _wait_live(client, handle, len(flow.nodes), timeout, quiet=as_json, activity=activity)
+            except KeyboardInterrupt:
+                sys.exit(EXIT_INTERRUPTED)
+        finally:
+            unsubscribe()
         _finish(client, handle.id, as_json)
 
 
@@ -148,7 +160,7 @@ def sweep(flow: str, grid: tuple[str, ...], seeds: str | None, params: tuple[str
         result = client.sweep(resolved, parse_grid(grid), parse_seeds(seeds), fixed, no_cache)
         render.console(stderr=True).print(f"group [bold]{result.group_id}[/bold]: {len(result.runs)} run(s)")
         records = result.wait()
-        latest = {r.id: {n: v for n, (_s, v) in latest_metrics(client.runtime.db, r.id).items()} for r in records}
+        latest = {r.id: {n: v for n, (_s, v) in latest_of(client.runtime.db, r.id).items()} for r in records}
         render.console().print(render.runs_table(records, latest))
         sys.exit(0 if all(r.status is RunStatus.OK for r in records) else EXIT_RUN_FAILED)
 
@@ -163,7 +175,7 @@ def runs(flow: str | None, status: str | None, group: str | None, limit: int, as
     """List runs, newest first."""
     with _client() as client:
         records = client.runs(flow=flow, status=status, group=group, limit=limit)
-        latest = {r.id: {n: v for n, (_s, v) in latest_metrics(client.runtime.db, r.id).items()} for r in records}
+        latest = {r.id: {n: v for n, (_s, v) in latest_of(client.runtime.db, r.id).items()} for r in records}
         if as_json:
             click.echo(json.dumps([{**json.loads(r.model_dump_json()), "metrics": latest[r.id]} for r in records],
                                   indent=2))

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from numbers import Real
+from typing import TypeVar
 
 from fluksio.store.db import Database
-from fluksio.store.metrics import read_metrics, upsert_metrics
+from fluksio.store.metrics import latest_metrics, read_metrics, upsert_metrics
 from fluksio.store.runs import node_rows
 
+
+T = TypeVar("T")
 
 #: Buffered rows that trigger a write.
 FLUSH_ROWS = 5_000
@@ -56,13 +60,24 @@ class MetricSink:
         self.statements += upsert_metrics(self.db, rows)
 
 
-def series_of(db: Database, run_id: str) -> dict[str, list[tuple[int, float]]]:
-    """A run's metric series, including those of its cached nodes (read from the run that made them)."""
-    series = read_metrics(db, run_id)
+def _following_cache(db: Database, run_id: str, read: Callable[[Database, str], dict[str, T]]) -> dict[str, T]:
+    """``read`` for the run, plus, for each node restored from the cache, what ``read`` gives for the run
+    that made its outputs (only the names that node streams)."""
+    found = read(db, run_id)
     for row in node_rows(db, run_id):
         if row.cached_from and row.outputs:
-            origin = read_metrics(db, row.cached_from)
+            origin = read(db, row.cached_from)
             for name in row.outputs:
-                if name in origin and name not in series:
-                    series[name] = origin[name]
-    return dict(sorted(series.items()))
+                if name in origin and name not in found:
+                    found[name] = origin[name]
+    return dict(sorted(found.items()))
+
+
+def series_of(db: Database, run_id: str) -> dict[str, list[tuple[int, float]]]:
+    """A run's metric series, including those of its cached nodes (read from the run that made them)."""
+    return _following_cache(db, run_id, read_metrics)
+
+
+def latest_of(db: Database, run_id: str) -> dict[str, tuple[int, float]]:
+    """Each metric's newest ``(step, value)``, following cached nodes like :func:`series_of`."""
+    return _following_cache(db, run_id, latest_metrics)

@@ -370,6 +370,7 @@ def test_a_sweep_is_the_cartesian_product_in_one_group(client: Client) -> None:
 
 def test_cancel_stops_a_node_stuck_in_a_long_sleep_within_seconds(client: Client) -> None:
     started = threading.Event()
+    spinning = threading.Event()
     spun: list[str] = []
     flow = Flow("stuck", outputs=["a", "b"])
 
@@ -380,6 +381,7 @@ def test_cancel_stops_a_node_stuck_in_a_long_sleep_within_seconds(client: Client
 
     @flow.node(provides="b")
     def spinner():
+        spinning.set()
         try:
             while True:  # pure Python: interrupted at its next instruction
                 pass
@@ -387,7 +389,7 @@ def test_cancel_stops_a_node_stuck_in_a_long_sleep_within_seconds(client: Client
             spun.append("stopped")
 
     run = client.submit(flow)
-    assert started.wait(10)
+    assert started.wait(10) and spinning.wait(10)
     t0 = time.monotonic()
     client.cancel(run.id)
     record = run.wait(timeout=10)

@@ -129,7 +129,8 @@ def test_a_busy_machine_is_waited_for_with_a_reason_naming_the_resources():
     placer = placer_with(machine("laptop", cpus=2, ram_mb=4000))
     assert isinstance(placer.try_claim(req("c1", cpus=2)), Grant)
     outcome = placer.try_claim(req("c2", cpus=2, ram_mb=1000))
-    assert outcome == Waiting("waiting for a worker with 2 cpu(s) and 1000 MB RAM free", no_machine=False)
+    assert outcome == Waiting("waiting for a worker with 2 cpu(s) and 1000 MB RAM free", no_machine=False,
+                              wanted=Resources(cpus=2, ram_mb=1000))
 
 
 def test_a_busy_labelled_machine_reason_names_the_label_and_gpus():

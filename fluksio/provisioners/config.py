@@ -22,6 +22,8 @@ from fluksio.schemas import Resources
 #: Where an installation's profiles are when ``FLUKSIO_PROVISIONERS`` names no file (relative to the working
 #: directory); absent, nothing is provisioned.
 DEFAULT_PATH = Path("config/provisioners.json")
+#: A file with many mistakes gets the first few named, and a count of the rest.
+MAX_PROBLEMS_SHOWN = 6
 #: A profile's name goes into machine names (``slurm-<profile>-<job id>``), Celery host and queue names,
 #: and Slurm job names; so: letters, digits, ``_`` and ``-``, starting with a letter or digit.
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
@@ -188,7 +190,9 @@ def parse_profiles(data: Any, source: str = "provisioner profiles") -> list[Slur
             else:
                 seen[name] = index
     if problems:
-        raise ConfigError(f"{source}: " + "; ".join(problems))
+        shown = problems[:MAX_PROBLEMS_SHOWN]
+        more = f"; and {len(problems) - len(shown)} more problem(s)" if len(problems) > len(shown) else ""
+        raise ConfigError(f"{source}: " + "; ".join(shown) + more)
     return profiles
 
 

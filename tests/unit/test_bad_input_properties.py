@@ -128,3 +128,31 @@ def test_settings_files_load_or_raise_a_config_error(compass: Compass, monkeypat
         load_settings()
     except FluksioError as error:
         readable(error)
+
+
+profile_fields = st.fixed_dictionaries({}, optional={
+    "name": st.text(max_size=10) | st.integers(), "kind": st.sampled_from(["slurm", "k8s", ""]) | st.integers(),
+    "host": st.text(max_size=10), "partition": st.text(max_size=6), "cpus": st.integers(-2, 64) | st.text(max_size=3),
+    "gpus": st.integers(-1, 8), "ram_mb": st.integers(-5, 10**6), "labels": st.lists(st.text(max_size=6), max_size=3),
+    "time_limit": st.text(max_size=9), "prerun": st.lists(st.text(max_size=12), max_size=2) | st.text(max_size=5),
+    "attach_timeout_s": st.floats(allow_nan=True) | st.integers(), "idle_timeout_s": st.integers(-1, 100),
+    "sbatch_args": st.lists(st.text(max_size=8), max_size=2), "surprise": st.booleans(),
+})
+
+
+@PROPERTY
+@given(document=st.lists(profile_fields, max_size=3) | json_values, garbage=st.booleans())
+def test_provisioner_files_load_or_raise_a_config_error(compass: Compass, tmp_path_factory, document,
+                                                        garbage) -> None:
+    from fluksio.provisioners import load_profiles
+
+    compass.add("bad inputs tried")
+    path = tmp_path_factory.mktemp("prov") / "provisioners.json"
+    path.write_text(("{not json" if garbage else "") + json.dumps(document, allow_nan=True))
+    try:
+        profiles = load_profiles(path)
+    except FluksioError as error:
+        readable(error)
+        assert str(path) in str(error)
+        return
+    assert all(p.kind == "slurm" and p.cpus >= 1 for p in profiles)

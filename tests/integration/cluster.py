@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
@@ -97,3 +99,19 @@ class Cluster:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(5)
         self.workers.clear()
+
+
+@contextmanager
+def running_cluster(workdir: Path, workers: dict[str, tuple[str, ...]], database_url: str | None = None,
+                    **redis_options: object) -> Iterator[Cluster]:
+    """A redis-server and the named `fluksio worker`s (name → flags), all attached; stopped afterwards."""
+    server = RedisServer(workdir / "redis", **redis_options).start()  # type: ignore[arg-type]
+    setup = Cluster(workdir, server, database_url)
+    try:
+        for name, flags in workers.items():
+            setup.start_worker(name, *flags)
+        setup.wait_attached(*(name for name, flags in workers.items() if "--drivers-only" not in flags))
+        yield setup
+    finally:
+        setup.stop_all()
+        server.stop()

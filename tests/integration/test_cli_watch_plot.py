@@ -23,8 +23,8 @@ from fluksio.cli import render
 from fluksio.constants import EVENTS_CHANNEL
 from fluksio.store.metrics import latest_metrics
 from tests.integration import cluster_flows as flows
-from tests.integration.cluster import Cluster
-from tests.integration.servers import RedisServer, in_ci
+from tests.integration.cluster import Cluster, running_cluster
+from tests.integration.servers import in_ci
 
 pytestmark = pytest.mark.integration
 
@@ -34,16 +34,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    workdir = tmp_path_factory.mktemp("watch")
-    server = RedisServer(workdir / "redis").start()
-    setup = Cluster(workdir, server)
-    try:
-        setup.start_worker("cpu-a", "--cpus", "2", "--gpus", "none", "--drivers")
-        setup.wait_attached("cpu-a")
+    with running_cluster(tmp_path_factory.mktemp("watch"), {"cpu-a": ("--cpus", "2", "--gpus", "none", "--drivers")}) as setup:
         yield setup
-    finally:
-        setup.stop_all()
-        server.stop()
 
 
 @pytest.fixture

@@ -6,14 +6,12 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from fluksio import Client, RunStatus
 from tests.integration import cluster_flows as flows
-from tests.integration.cluster import Cluster
-from tests.integration.servers import RedisServer
+from tests.integration.cluster import Cluster, running_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -23,17 +21,11 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     """The same installation on either run store: SQLite shared by processes on one host, or PostgreSQL."""
     workdir = tmp_path_factory.mktemp("cluster")
     database_url = request.getfixturevalue("postgres").new_database() if request.param == "postgresql" else None
-    server = RedisServer(workdir / "redis").start()
-    setup = Cluster(workdir, server, database_url)
-    try:
-        setup.start_worker("cpu-a", "--cpus", "2", "--gpus", "none", "--drivers")
-        setup.start_worker("gpu-a", "--labels", "gpu", "--cpus", "2", "--gpus", "0,1")
-        setup.start_worker("gpu-b", "--labels", "gpu", "--cpus", "1", "--gpus", "0")
-        setup.wait_attached("cpu-a", "gpu-a", "gpu-b")
+    workers = {"cpu-a": ("--cpus", "2", "--gpus", "none", "--drivers"),
+               "gpu-a": ("--labels", "gpu", "--cpus", "2", "--gpus", "0,1"),
+               "gpu-b": ("--labels", "gpu", "--cpus", "1", "--gpus", "0")}
+    with running_cluster(workdir, workers, database_url) as setup:
         yield setup
-    finally:
-        setup.stop_all()
-        server.stop()
 
 
 @pytest.fixture

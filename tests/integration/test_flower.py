@@ -24,8 +24,8 @@ import pytest
 
 from fluksio import RunStatus
 from tests.integration import cluster_flows as flows
-from tests.integration.cluster import Cluster
-from tests.integration.servers import RedisServer, free_port, in_ci, need
+from tests.integration.cluster import Cluster, running_cluster
+from tests.integration.servers import free_port, in_ci, need
 
 pytestmark = pytest.mark.integration
 
@@ -114,16 +114,8 @@ class FlowerProcess:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     need_module("flower", "pip install 'fluksio[flower]'")
-    workdir = tmp_path_factory.mktemp("flower")
-    server = RedisServer(workdir / "redis").start()
-    setup = Cluster(workdir, server)
-    try:
-        setup.start_worker("cpu-a", "--cpus", "2", "--gpus", "none", "--drivers")
-        setup.wait_attached("cpu-a")
+    with running_cluster(tmp_path_factory.mktemp("flower"), {"cpu-a": ("--cpus", "2", "--gpus", "none", "--drivers")}) as setup:
         yield setup
-    finally:
-        setup.stop_all()
-        server.stop()
 
 
 @pytest.fixture(scope="module")

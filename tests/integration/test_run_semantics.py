@@ -3,7 +3,6 @@ metrics, sweeps and cancel. Each test fails if its promise is broken."""
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 import sys

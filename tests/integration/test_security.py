@@ -15,8 +15,7 @@ from celery import Celery
 
 from fluksio import RunStatus
 from tests.integration import cluster_flows as flows
-from tests.integration.cluster import Cluster
-from tests.integration.servers import RedisServer
+from tests.integration.cluster import Cluster, running_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -25,16 +24,9 @@ SECRET = "s3cret-Pa55word"
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    workdir = tmp_path_factory.mktemp("secured")
-    server = RedisServer(workdir / "redis", password=SECRET).start()
-    setup = Cluster(workdir, server)
-    try:
-        setup.start_worker("safe-1", "--cpus", "2", "--gpus", "none", "--drivers")
-        setup.wait_attached("safe-1")
+    workers = {"safe-1": ("--cpus", "2", "--gpus", "none", "--drivers")}
+    with running_cluster(tmp_path_factory.mktemp("secured"), workers, password=SECRET) as setup:
         yield setup
-    finally:
-        setup.stop_all()
-        server.stop()
 
 
 def wait_for_log(cluster: Cluster, name: str, text: str, timeout: float = 15) -> str:
@@ -118,15 +110,8 @@ def test_a_forged_call_naming_an_unregistered_module_is_refused_and_logged(secur
 
 
 def test_rediss_urls_work_against_a_tls_only_redis(tmp_path: Path) -> None:
-    server = RedisServer(tmp_path / "redis", password=SECRET, tls=True).start()
-    setup = Cluster(tmp_path, server)
-    try:
-        setup.start_worker("tls-1", "--cpus", "1", "--gpus", "none", "--drivers")
-        setup.wait_attached("tls-1")
-        with setup.client() as client:
-            record = client.submit(flows.marked, {"tag": "over-tls"}).wait(timeout=60)
+    workers = {"tls-1": ("--cpus", "1", "--gpus", "none", "--drivers")}
+    with running_cluster(tmp_path, workers, password=SECRET, tls=True) as setup, setup.client() as client:
+        record = client.submit(flows.marked, {"tag": "over-tls"}).wait(timeout=60)
         assert record.status is RunStatus.OK and record.nodes[0].machine == "tls-1"
         assert SECRET not in setup.log_of("tls-1")
-    finally:
-        setup.stop_all()
-        server.stop()

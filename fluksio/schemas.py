@@ -57,6 +57,8 @@ class Grant(BaseModel):
     clamped_from: Resources | None = None
     #: Which start of the machine granted it: a machine that restarted has lost its calls.
     incarnation: str | None = None
+    #: The label whose queue on that machine the call goes to (``None``: its ``default`` queue).
+    queue_label: str | None = None
 
 
 class DevicePolicy(str, Enum):

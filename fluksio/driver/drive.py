@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -28,7 +29,7 @@ from fluksio.schemas import DevicePolicy, Grant, NodeStatus, Resources, RunStatu
 from fluksio.store import runs as run_rows
 from fluksio.store.models import RunArtifact, RunNode
 from fluksio.settings import redact_url
-from fluksio.store.nodes import record_node
+from fluksio.store.nodes import record_node, record_nodes
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +39,9 @@ Dispatch = Callable[[dict[str, Any], str, str], None]
 Revoke = Callable[[str], None]
 
 
-def queue_for(device: str | None, grant: Grant, machine_labels: tuple[str, ...]) -> str:
+def queue_for(grant: Grant) -> str:
     """``<label>@<machine>``; a ``prefer`` node placed on a machine without its label goes to ``default``."""
-    label = device if device and (device == grant.machine or device in machine_labels) else DEFAULT_LABEL
-    return f"{label}@{grant.machine}"
+    return f"{grant.queue_label or DEFAULT_LABEL}@{grant.machine}"
 
 
 def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
@@ -152,7 +152,11 @@ class Driver:
         self.revoke = revoke
         self.attempts: dict[str, int] = {}
         self.in_flight: dict[str, tuple[str, Grant]] = {}  # call_id -> (node, grant)
-        self.waiting: dict[str, str] = {}  # node -> reason
+        #: Ready nodes waiting to be placed, one queue per distinct request (resources, device, policy):
+        #: when the head of a queue cannot be placed, neither can the rest, so they are not asked.
+        self.queues: dict[tuple[Any, ...], deque[str]] = {}
+        #: Why the head of each blocked queue waits.
+        self.waiting: dict[tuple[Any, ...], str] = {}
         self.warnings: dict[str, str] = {}  # node -> clamp warning
         self.errors: dict[str, str] = {}
         self.cancelled = False
@@ -177,7 +181,8 @@ class Driver:
             row = latest.get(node)
             if row is None:
                 continue
-            if row.status in (NodeStatus.OK.value, NodeStatus.CACHED.value) and node in self.walk.ready():
+            inputs_there = self.walk.missing[node] == 0 and self.walk.state[node] is NodeState.PENDING
+            if row.status in (NodeStatus.OK.value, NodeStatus.CACHED.value) and inputs_there:
                 self.walk.start(node)
                 self.walk.complete(node, row.outputs or {})
             else:
@@ -203,8 +208,9 @@ class Driver:
         finally:
             self.rt.driving.discard(self.run_id)
             self.rt.placer.remove_listener(wake)
-            for node in self.waiting:
-                self.rt.placer.forget(self._call_id(node))
+            for key in self.waiting:
+                if self.queues.get(key):
+                    self.rt.placer.forget(self._call_id(self.queues[key][0]))
             self.rt.inbox.close(self.run_id)
 
     # -- the loop -------------------------------------------------------------------------------
@@ -219,7 +225,7 @@ class Driver:
                 return
             if not self.cancelled:
                 self._schedule()
-            if self.cancelled or (not self.walk.running() and not self.walk.ready()):
+            if self.cancelled or self.walk.drained:
                 return
             timeout = max(0.0, min(next_lease, next_check) - time.monotonic())
             message = self.rt.inbox.pop(self.run_id, timeout=timeout)
@@ -250,15 +256,17 @@ class Driver:
         return f"{self.run_id}.{node}.{self.attempts.get(node, 1)}"
 
     def _schedule(self) -> None:
-        tried: set[str] = set()
-        while True:
-            fresh = [n for n in self.walk.ready() if n not in tried]
-            if not fresh:
-                break
+        while fresh := self.walk.take_fresh():
             for node in fresh:
-                tried.add(node)
                 if not self._restore_from_cache(node):
-                    self._place(node)
+                    spec = self.flow.nodes[node]
+                    key = (spec.resources, spec.device, spec.device_policy)
+                    self.queues.setdefault(key, deque()).append(node)
+        for key, queue in self.queues.items():
+            while queue and self._place(queue[0], key):
+                queue.popleft()
+            if not queue:
+                self.waiting.pop(key, None)
         self._say_why()
 
     def _key(self, node: str) -> str | None:
@@ -289,19 +297,25 @@ class Driver:
         self.walk.complete(node, hit.outputs)
         return True
 
-    def _place(self, node: str) -> None:
-        """Claim resources for the node and send it, or note why it waits."""
+    def _place(self, node: str, key: tuple[Any, ...]) -> bool:
+        """Claim resources for the node and send it (``True``), or note why it waits."""
         spec = self.flow.nodes[node]
         call_id = self._call_id(node)
         outcome = self.rt.placer.try_claim(
             Request(call_id, spec.resources, spec.device, spec.device_policy, self.run_id, node)
         )
         if isinstance(outcome, Waiting):
-            if self.waiting.get(node) != outcome.reason:
-                self.rt.events.publish("node_queued", run_id=self.run_id, node=node, reason=outcome.reason)
-            self.waiting[node] = outcome.reason
-            return
-        self.waiting.pop(node, None)
+            reason = outcome.reason
+            # A shape a cluster could start: ask for a machine, and say what became of the ask.
+            asked = ask_for_machine(self.rt, outcome.wanted or spec.resources, spec.device,
+                                    f"run {self.run_id} node {node}")
+            if asked:
+                reason = f"{reason}; {asked}"
+            if self.waiting.get(key) != reason:
+                self.rt.events.publish("node_queued", run_id=self.run_id, node=node, reason=reason,
+                                       waiting=len(self.queues[key]))
+            self.waiting[key] = reason
+            return False
         if outcome.clamped_from is not None:
             self.warnings[node] = (
                 f"clamped: requested {outcome.clamped_from.describe()}, granted {outcome.cpus} cpu(s), "
@@ -309,10 +323,9 @@ class Driver:
             )
             log.warning("run %s node %s %s", self.run_id, node, self.warnings[node])
         self._send(node, call_id, outcome)
+        return True
 
     def _send(self, node: str, call_id: str, grant: Grant) -> None:
-        spec = self.flow.nodes[node]
-        labels = next((m.labels for m in self.rt.placer.machines() if m.name == grant.machine), ())
         call = {
             "call_id": call_id, "run_id": self.run_id, "flow": self.flow.name, "node": node,
             "attempt": self.attempts.get(node, 1), "inputs": self.walk.inputs_of(node),
@@ -322,7 +335,7 @@ class Driver:
         self.in_flight[call_id] = (node, grant)
         try:
             self.rt.ledger.dispatched(call_id)
-            self.dispatch(call, queue_for(spec.device, grant, labels), f"{self.flow.name}.{node}")
+            self.dispatch(call, queue_for(grant), f"{self.flow.name}.{node}")
         except Exception as exc:
             del self.in_flight[call_id]
             self.rt.ledger.settle(call_id)
@@ -335,9 +348,14 @@ class Driver:
                             dispatched=False)
 
     def _say_why(self) -> None:
-        reason = None
-        if self.waiting:
-            reason = "; ".join(f"{node}: {why}" for node, why in self.waiting.items())
+        parts = []
+        for key, why in self.waiting.items():
+            queue = self.queues.get(key)
+            if queue:
+                who = queue[0] if len(queue) == 1 else f"{queue[0]} and {len(queue) - 1} more node(s)"
+                parts.append(f"{who}: {why}")
+        reason = "; ".join(parts) or None
+        if reason:
             reason = reason[0].upper() + reason[1:]
         if reason != self._reason:
             self._reason = reason
@@ -386,10 +404,9 @@ class Driver:
         tries = message["attempt"] - self.first_attempt.get(node, 1) + 1
         if tries <= spec.retries and not self.cancelled:
             self.attempts[node] = message["attempt"] + 1
-            self.walk.state[node] = NodeState.PENDING
+            self.walk.retry(node)
             return
-        for skipped in self.walk.fail(node):
-            self._record_bare(skipped, NodeStatus.SKIPPED, f"skipped: upstream node {node!r} failed")
+        self._record_bare(self.walk.fail(node), NodeStatus.SKIPPED, f"skipped: upstream node {node!r} failed")
 
     def _check_machines(self) -> None:
         """A call whose machine died (or restarted) will never report: settle it as lost."""
@@ -405,13 +422,17 @@ class Driver:
                              "error": f"machine {grant.machine} was lost while running the call (its heartbeat "
                                       f"is gone from {redact_url(self.rt.settings.broker_url)})"})
 
-    def _record_bare(self, node: str, status: NodeStatus, error: str | None, grant: Grant | None = None) -> None:
+    def _record_bare(self, nodes: list[str], status: NodeStatus, error: str | None,
+                     grant: Grant | None = None) -> None:
+        """Rows for nodes that never ran (or were killed), in one transaction."""
+        if not nodes:
+            return
         now = run_rows.utcnow()
-        record_node(self.rt.db, RunNode(
+        record_nodes(self.rt.db, [RunNode(
             run_id=self.run_id, node=node, attempt=self.attempts.get(node, 1), status=status.value,
             machine=grant.machine if grant else None, gpus=list(grant.gpus) if grant else [],
             finished_at=now, error=error,
-        ))
+        ) for node in nodes])
 
     # -- endings --------------------------------------------------------------------------------
 
@@ -419,15 +440,15 @@ class Driver:
         if self.cancelled:
             return
         self.cancelled = True
-        for node in self.walk.cancel_pending():
-            self._record_bare(node, NodeStatus.CANCELLED, "cancelled before it started")
+        self._record_bare(self.walk.cancel_pending(), NodeStatus.CANCELLED, "cancelled before it started")
+        self.queues.clear()
         for call_id, (node, grant) in list(self.in_flight.items()):
             self.rt.ledger.settle(call_id)
             self.revoke(call_id)
             # The call is killed (or never starts): its resources are free now.
             self.rt.placer.release(grant)
-            self.walk.state[node] = NodeState.CANCELLED
-            self._record_bare(node, NodeStatus.CANCELLED, "cancelled while running", grant)
+            self.walk.cancel(node)
+            self._record_bare([node], NodeStatus.CANCELLED, "cancelled while running", grant)
         self.in_flight.clear()
 
     def _finish(self) -> None:

@@ -118,6 +118,8 @@ class Placer:
             if view.could_ever_fit(wanted) and view.fits_now(wanted):
                 grant = self.books.take(view.inventory.name, wanted, request.call_id, clamped_from)
                 if grant is not None:
+                    if request.device and view.inventory.carries(request.device):
+                        grant = grant.model_copy(update={"queue_label": request.device})
                     return grant
                 raced = True  # another driver took it between our look and our take
         return _Raced(reason) if raced else Waiting(reason, wanted=wanted)

@@ -16,6 +16,13 @@ def record_node(db: Database, row: RunNode, artifacts: list[RunArtifact] = ()) -
 
 
 @retried
+def record_nodes(db: Database, rows: list[RunNode]) -> None:
+    """Several node rows in one transaction (nodes skipped or cancelled together)."""
+    with db.write() as session:
+        session.add_all(rows)
+
+
+@retried
 def artifacts_of(db: Database, run_id: str) -> list[RunArtifact]:
     with db.read() as session:
         return list(session.scalars(select(RunArtifact).where(RunArtifact.run_id == run_id).order_by(RunArtifact.id)))

@@ -194,3 +194,29 @@ def test_complete_records_every_message_of_the_node():
     assert walk.messages["model"] == "m"
     assert walk.messages["acc"] == 0.9
     assert walk.state["fit"] is NodeState.DONE
+
+
+def test_take_fresh_hands_out_each_newly_ready_node_once_and_retry_makes_it_ready_again():
+    walk = Walk(independent_flow(), {"x": 1})
+    assert walk.take_fresh() == ["a", "b"] and walk.take_fresh() == []
+    walk.start("a")
+    walk.complete("a", {m: 1 for m in walk.flow.nodes["a"].messages})
+    assert walk.take_fresh() == ["after_a"]
+    walk.start("b")
+    walk.retry("b")
+    assert walk.take_fresh() == ["b"] and walk.state["b"] is NodeState.PENDING
+
+
+def test_a_wide_graph_costs_linear_time_to_walk():
+    from fluksio import Flow
+
+    flow = Flow("wide")
+    for i in range(5_000):
+        flow.node(lambda: 1, name=f"n{i}", provides=f"m{i}", requires=[])
+    walk = Walk(flow, {})
+    fresh = walk.take_fresh()
+    assert len(fresh) == 5_000
+    for node in fresh:  # quadratic bookkeeping would take minutes here
+        walk.start(node)
+        walk.complete(node, {f"m{node[1:]}": 1})
+    assert walk.drained and len(walk.result()) == 5_000

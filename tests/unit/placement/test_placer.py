@@ -332,3 +332,11 @@ def test_snapshot_of_a_fully_busy_machine_shows_zero_free_cpus():
     laptop = seen(placer, "laptop")
     assert laptop["free"]["cpus"] == 0
     assert laptop["calls"] == 1
+
+
+def test_a_grant_names_the_queue_label_only_when_the_machine_carries_it():
+    placer = placer_with(machine("box", cpus=2, labels=("gpu",)), machine("plain", cpus=2))
+    labelled = placer.try_claim(req("c1", device="gpu"))
+    assert isinstance(labelled, Grant) and (labelled.machine, labelled.queue_label) == ("box", "gpu")
+    fallback = placer.try_claim(Request("c2", Resources(cpus=2), "tpu", DevicePolicy.PREFER))
+    assert isinstance(fallback, Grant) and fallback.queue_label is None

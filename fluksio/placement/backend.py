@@ -17,7 +17,11 @@ from fluksio.schemas import Grant, Inventory, Resources
 
 @dataclass(frozen=True)
 class MachineView:
-    """A machine as the placer sees it at one moment."""
+    """A machine as the placer sees it at one moment.
+
+    Memory books hand out their live :class:`~fluksio.placement.books.MachineBooks` instead, which
+    answer the same questions without a copy per machine per claim.
+    """
 
     inventory: Inventory
     free: Resources
@@ -29,6 +33,18 @@ class MachineView:
     @property
     def total(self) -> Resources:
         return Resources(cpus=self.inventory.cpus, gpus=len(self.inventory.gpus), ram_mb=self.inventory.ram_mb)
+
+    @property
+    def labelled(self) -> bool:
+        return bool(self.inventory.labels)
+
+    @property
+    def free_cpus(self) -> int:
+        return self.free.cpus
+
+    @property
+    def free_ram_mb(self) -> int:
+        return self.free.ram_mb
 
     @property
     def load(self) -> float:

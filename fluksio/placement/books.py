@@ -8,8 +8,14 @@ from fluksio.schemas import Grant, Inventory, Resources
 class MachineBooks:
     """Free cpus, GPU ids and RAM of one machine. Not thread-safe: the owner serialises access."""
 
+    #: Memory books need no heartbeat; the view protocol (see ``backend.MachineView``) has the field.
+    heartbeat_age_s = None
+
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
+        self.total = Resources(cpus=inventory.cpus, gpus=len(inventory.gpus), ram_mb=inventory.ram_mb)
+        #: Carries labels besides its name (the placer keeps such machines for labelled work).
+        self.labelled = bool(inventory.labels)
         self.free_cpus = inventory.cpus
         self.free_gpus: list[int] = sorted(inventory.gpus)
         self.free_ram_mb = inventory.ram_mb
@@ -17,8 +23,8 @@ class MachineBooks:
 
     def could_ever_fit(self, request: Resources) -> bool:
         """Whether the machine, empty, could grant the request."""
-        inv = self.inventory
-        return request.cpus <= inv.cpus and request.gpus <= len(inv.gpus) and request.ram_mb <= inv.ram_mb
+        total = self.total
+        return request.cpus <= total.cpus and request.gpus <= total.gpus and request.ram_mb <= total.ram_mb
 
     def fits_now(self, request: Resources) -> bool:
         return (
@@ -56,5 +62,10 @@ class MachineBooks:
         """Fraction of the machine's cpus in use, 0..1."""
         return 1 - self.free_cpus / self.inventory.cpus
 
+    @property
     def free(self) -> Resources:
         return Resources(cpus=self.free_cpus, gpus=len(self.free_gpus), ram_mb=self.free_ram_mb)
+
+    @property
+    def calls(self) -> int:
+        return len(self.grants)

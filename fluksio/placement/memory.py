@@ -28,11 +28,9 @@ class MemoryBooks(Books):
         return list(books.grants.values()) if books else []
 
     def machines(self) -> list[MachineView]:
+        # The live books, not copies: the placer only reads them, and take() checks again under the lock.
         with self._lock:
-            return [
-                MachineView(b.inventory, b.free(), tuple(b.free_gpus), len(b.grants))
-                for b in self._books.values()
-            ]
+            return list(self._books.values())  # type: ignore[arg-type]
 
     def take(self, machine: str, resources: Resources, grant_id: str,
              clamped_from: Resources | None = None) -> Grant | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,22 +100,27 @@ class Placer:
         return self.books.lost(grant)
 
     def _place(self, request: Request, views: list[MachineView]) -> Grant | Waiting:
-        candidates = self._candidates(request, views)
-        if not candidates:
+        candidates, fallback = self._candidates(request, views)
+        if not candidates and not fallback:
             if request.device is None:
                 return Waiting("waiting for a worker to attach", no_machine=True)
             return Waiting(f"waiting for a worker labelled {request.device!r}", no_machine=True)
-        shapes = [view.total for view in candidates] + [
-            shape for shape, labels in self.provisioner_shapes
-            if request.device is None or request.device in labels
-        ]
-        wanted, warning = clamp(request.resources, shapes)
-        clamped_from = request.resources if warning else None
+        pool = candidates + fallback
+        if any(v.could_ever_fit(request.resources) for v in pool):
+            wanted, clamped_from = request.resources, None  # the usual case: no need to look at shapes
+        else:
+            wanted, warning = clamp(request.resources, self._shapes(pool, request.device))
+            clamped_from = request.resources if warning else None
         label = f"labelled {request.device!r} " if request.device else ""
         reason = f"waiting for a worker {label}with {wanted.describe()} free"
         raced = False
-        for view in candidates:
-            if view.could_ever_fit(wanted) and view.fits_now(wanted):
+        # Labelled work first on the labelled machines, then (prefer) anywhere; within a group, unlabelled
+        # machines first (keep GPU boxes for GPU work), then the least loaded, then by name.
+        for group in (candidates, fallback):
+            fitting = _fitting(group, wanted)
+            if not fitting:
+                continue
+            for view in _best_first(fitting):
                 grant = self.books.take(view.inventory.name, wanted, request.call_id, clamped_from)
                 if grant is not None:
                     if request.device and view.inventory.carries(request.device):
@@ -124,17 +129,21 @@ class Placer:
                 raced = True  # another driver took it between our look and our take
         return _Raced(reason) if raced else Waiting(reason, wanted=wanted)
 
+    def _shapes(self, pool: list[MachineView], device: str | None) -> list[Resources]:
+        """Distinct machine shapes (a cluster has few), plus provisioner shapes that carry the label."""
+        shapes = {view.total for view in pool}
+        shapes.update(shape for shape, labels in self.provisioner_shapes if device is None or device in labels)
+        return list(shapes)
+
     @staticmethod
-    def _candidates(request: Request, views: list[MachineView]) -> list[MachineView]:
+    def _candidates(request: Request, views: list[MachineView]) -> tuple[list[MachineView], list[MachineView]]:
+        """The machines that may take the call, and those only a ``prefer`` fallback may use."""
         if request.device is None:
-            # Keep labelled machines (GPU boxes) free for labelled work: unlabelled first, then least loaded.
-            return sorted(views, key=lambda v: (bool(v.inventory.labels), v.load, v.inventory.name))
+            return views, []
         labelled = [v for v in views if v.inventory.carries(request.device)]
-        ordered = sorted(labelled, key=lambda v: (v.load, v.inventory.name))
         if request.policy is DevicePolicy.PREFER and not any(v.could_ever_fit(request.resources) for v in labelled):
-            others = [v for v in views if not v.inventory.carries(request.device)]
-            return ordered + sorted(others, key=lambda v: (v.load, v.inventory.name))
-        return ordered
+            return labelled, [v for v in views if not v.inventory.carries(request.device)]
+        return labelled, []
 
     # -- waking ---------------------------------------------------------------------------------
 
@@ -187,3 +196,22 @@ class Placer:
 @dataclass(frozen=True)
 class _Raced:
     reason: str
+
+
+def _preference(view: MachineView) -> tuple[bool, float, str]:
+    cpus = view.inventory.cpus
+    return (view.labelled, (cpus - view.free_cpus) / cpus, view.inventory.name)
+
+
+def _fitting(views: list[MachineView], wanted: Resources) -> list[MachineView]:
+    """Machines with ``wanted`` free now (a tight loop: it runs over every machine on every claim)."""
+    cpus, gpus, ram_mb = wanted.cpus, wanted.gpus, wanted.ram_mb
+    return [v for v in views
+            if v.free_cpus >= cpus and v.free_ram_mb >= ram_mb and (not gpus or len(v.free_gpus) >= gpus)]
+
+
+def _best_first(views: list[MachineView]) -> Iterator[MachineView]:
+    """The preferred machine; the rest in order only if taking it failed (another driver raced us)."""
+    best = min(views, key=_preference)
+    yield best
+    yield from sorted((v for v in views if v is not best), key=_preference)

@@ -16,7 +16,7 @@ def books(cpus=8, gpus=(0, 1, 2, 3), ram_mb=16_000) -> MachineBooks:
 
 def test_a_fresh_machine_is_all_free():
     b = books()
-    assert b.free() == Resources(cpus=8, gpus=4, ram_mb=16_000)
+    assert b.free == Resources(cpus=8, gpus=4, ram_mb=16_000)
     assert b.free_gpus == [0, 1, 2, 3]
     assert b.load == 0
     assert b.grants == {}
@@ -29,7 +29,7 @@ def test_take_holds_exactly_what_was_asked():
     assert grant.id == "call-1" and grant.machine == "box"
     assert grant.cpus == 3 and grant.ram_mb == 1000 and len(grant.gpus) == 2
     assert grant.clamped_from is None
-    assert b.free() == Resources(cpus=5, gpus=2, ram_mb=15_000)
+    assert b.free == Resources(cpus=5, gpus=2, ram_mb=15_000)
     assert set(b.free_gpus).isdisjoint(grant.gpus)
     assert b.load == pytest.approx(3 / 8)
 
@@ -49,7 +49,7 @@ def test_take_records_what_a_clamped_grant_was_cut_from():
 def test_take_refuses_more_than_is_free(request_):
     b = books()
     assert b.take(request_, "call-1") is None
-    assert b.free() == Resources(cpus=8, gpus=4, ram_mb=16_000)
+    assert b.free == Resources(cpus=8, gpus=4, ram_mb=16_000)
     assert b.grants == {}
 
 
@@ -91,7 +91,7 @@ def test_give_returns_everything_held():
     b = books()
     b.take(Resources(cpus=3, gpus=2, ram_mb=1000), "a")
     assert b.give("a") is True
-    assert b.free() == Resources(cpus=8, gpus=4, ram_mb=16_000)
+    assert b.free == Resources(cpus=8, gpus=4, ram_mb=16_000)
     assert b.free_gpus == [0, 1, 2, 3]
     assert b.grants == {}
 
@@ -103,7 +103,7 @@ def test_give_is_idempotent():
     assert b.give("a") is True
     assert b.give("a") is False
     assert b.give("never-granted") is False
-    assert b.free() == Resources(cpus=7, gpus=4, ram_mb=16_000)
+    assert b.free == Resources(cpus=7, gpus=4, ram_mb=16_000)
 
 
 def test_taking_the_same_grant_id_twice_charges_once():
@@ -118,7 +118,7 @@ def test_free_of_a_fully_busy_machine_reports_zero_cpus():
     b = books(cpus=2)
     b.take(Resources(cpus=2), "a")
     assert b.free_cpus == 0
-    assert b.free().cpus == 0
+    assert b.free.cpus == 0
 
 
 def test_could_ever_fit_looks_at_the_empty_machine():

@@ -9,16 +9,17 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from celery import Celery
+if TYPE_CHECKING:
+    from celery import Celery
 
-from fluksio.errors import ConfigError, RunRejected
+from fluksio.errors import BrokerUnavailable, ConfigError, RunRejected
 from fluksio.flows.flow import Flow
 from fluksio.runs.inbox import CANCEL
 from fluksio.runs.metrics import series_of
 from fluksio.runs.runtime import Runtime
-from fluksio.runs.submit import submit_run
+from fluksio.runs.submit import submit_run, validate_params
 from fluksio.schemas import RunRecord, RunStatus
 from fluksio.settings import Settings, load_settings, redact_url
 from fluksio.store import runs as run_rows
@@ -114,9 +115,21 @@ class Client:
             group=group, no_cache=no_cache, idempotency_key=idempotency_key,
             embedded_machines=self.runtime.placer.machines() if self.settings.embedded else None,
         )
-        if created:
-            send_drive(self.app, run.id, run.flow)
+        if created or run.status == RunStatus.QUEUED.value:
+            # A retry of a submit whose hand-over failed gets it handed over now (claiming is idempotent).
+            self._hand_over(run.id, run.flow)
         return RunHandle(self, run.id, created)
+
+    def _hand_over(self, run_id: str, flow: str) -> None:
+        try:
+            send_drive(self.app, run_id, flow)
+        except Exception as exc:  # kombu's errors differ by transport; any of them means the same here
+            raise BrokerUnavailable(
+                f"run {run_id} is journaled (queued) but could not be handed to a driver: the broker "
+                f"{redact_url(self.settings.broker_url)} did not take it ({type(exc).__name__}: {exc}). "
+                "A driver's sweeper sends it again once the broker is back; submitting again with the same "
+                "idempotency_key does so too"
+            ) from None
 
     def resume(self, run_id: str) -> RunHandle:
         """Re-drive a run that ended ``error``, ``cancelled`` or ``abandoned``, under the same id.
@@ -147,14 +160,16 @@ class Client:
         for name, values in grid.items():
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
                 raise RunRejected(f"grid[{name!r}] must be a non-empty list of values")
-        group_id = "g" + new_run_id()
+        resolved = self.runtime.registry.resolve(flow)
         names = list(grid)
-        points = [dict(zip(names, combo)) for combo in itertools.product(*(grid[n] for n in names))]
-        handles = []
-        for point in points:
-            for seed in (list(seeds) if seeds else [None]):
-                handles.append(self.submit(flow, {**(params or {}), **point}, seed=seed, group=group_id,
-                                           no_cache=no_cache))
+        points = [(dict(zip(names, combo)), seed)
+                  for combo in itertools.product(*(grid[n] for n in names))
+                  for seed in (list(seeds) if seeds else [None])]
+        for point, seed in points:  # every point is checked before any run is journaled
+            validate_params(resolved, {**(params or {}), **point}, seed)
+        group_id = "g" + new_run_id()
+        handles = [self.submit(resolved, {**(params or {}), **point}, seed=seed, group=group_id, no_cache=no_cache)
+                   for point, seed in points]
         return Sweep(group_id, handles)
 
     def get(self, run_id: str) -> RunRecord:
@@ -165,6 +180,11 @@ class Client:
 
     def runs(self, flow: str | None = None, status: str | None = None, group: str | None = None,
              limit: int = 50) -> list[RunRecord]:
+        """Runs, newest first (their ``nodes`` are left empty: :meth:`get` one for those)."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise RunRejected(f"limit must be a whole number ≥ 1, got {limit!r}")
+        if status is not None and status not in {s.value for s in RunStatus}:
+            raise RunRejected(f"status {status!r} is not one of {', '.join(s.value for s in RunStatus)}")
         return [run_rows.to_record(r, []) for r in run_rows.list_runs(self.runtime.db, flow, status, group, limit)]
 
     def metrics(self, run_id: str) -> dict[str, list[tuple[int, float]]]:

@@ -34,6 +34,8 @@ class LocalArtifactStore(ArtifactStore):
                             shutil.copyfileobj(src, handle)
                     else:
                         handle.write(artifact.read_bytes())
+                # mkstemp makes the file private; artifacts are shared by every host and user of the store.
+                os.chmod(tmp, 0o644)
                 os.replace(tmp, target)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)

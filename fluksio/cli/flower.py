@@ -112,9 +112,8 @@ def compact_kwargs(task: Any) -> Any:
 
 
 def _use_compact_kwargs() -> None:
-    from tornado.options import options
-
     import flower.options  # noqa: F401 - defines the options set below
+    from tornado.options import options
 
     options.format_task = compact_kwargs
 

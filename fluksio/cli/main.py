@@ -16,15 +16,15 @@ from fluksio.cli import render
 from fluksio.cli.params import parse_grid, parse_params, parse_seeds, string_inputs
 from fluksio.client import Client, RunHandle, connect
 from fluksio.errors import FluksioError
+from fluksio.runs.metrics import latest_of, series_of
 from fluksio.schemas import RunStatus
 from fluksio.settings import load_settings
 from fluksio.store.db import Database
-from fluksio.runs.metrics import latest_of, series_of
 from fluksio.store.metrics import latest_metrics
 from fluksio.store.nodes import artifacts_of
 
 #: Exit codes: a run that did not end ``ok``, and input fluksio refused.
-EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
+EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_TIMED_OUT, EXIT_INTERRUPTED = 1, 2, 124, 130
 #: How often the live display re-reads the run, in seconds.
 REFRESH_S = 0.2
 
@@ -110,6 +110,11 @@ def _run(flow_ref: str, params: tuple[str, ...], seed: int | None, group: str | 
                 _wait_live(client, handle, len(flow.nodes), timeout, quiet=as_json, activity=activity)
             except KeyboardInterrupt:
                 sys.exit(EXIT_INTERRUPTED)
+            except TimeoutError as exc:
+                after = ("it goes on; `fluksio show` it later" if not client.settings.embedded else
+                         "this command ran it in-process, so it ends `abandoned` now; `fluksio resume` continues it")
+                render.console(stderr=True).print(f"[yellow]timed out:[/yellow] {exc}; {after}")
+                sys.exit(EXIT_TIMED_OUT)
         finally:
             unsubscribe()
         _finish(client, handle.id, as_json)
@@ -123,7 +128,8 @@ def _run(flow_ref: str, params: tuple[str, ...], seed: int | None, group: str | 
 @click.option("--group", help="Group id to file the run under.")
 @click.option("--no-cache", is_flag=True, help="Run every node even if an earlier run has its outputs.")
 @click.option("--detach", is_flag=True, help="Print the run id and return at once (distributed mode).")
-@click.option("--timeout", type=float, help="Give up waiting after this many seconds (the run goes on).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Stop waiting after this many seconds (exit 124; an embedded run is left abandoned).")
 @click.option("--json", "as_json", is_flag=True, help="Print the finished run as JSON.")
 def run(flow: str, params: tuple[str, ...], seed: int | None, group: str | None, no_cache: bool, detach: bool,
         timeout: float | None, as_json: bool) -> None:

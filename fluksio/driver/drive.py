@@ -21,14 +21,16 @@ from fluksio.driver.walk import NodeState, Walk
 from fluksio.errors import FluksioError, RunNotFound
 from fluksio.flows.flow import Flow
 from fluksio.flows.source import code_digest
+from fluksio.placement.clamp import clamp
 from fluksio.placement.placer import Request, Waiting
-from fluksio.runs.cache import cache_key, cacheable, lookup
+from fluksio.runs.cache import lookup
+from fluksio.runs.cache_key import cache_key, cacheable
 from fluksio.runs.inbox import CANCEL, DONE
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import DevicePolicy, Grant, NodeStatus, Resources, RunStatus
+from fluksio.settings import redact_url
 from fluksio.store import runs as run_rows
 from fluksio.store.models import RunArtifact, RunNode
-from fluksio.settings import redact_url
 from fluksio.store.nodes import record_node, record_nodes
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,6 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
         return
     try:
         flow = runtime.registry.get(run.flow)
-        digest = code_digest(flow)
     except FluksioError as exc:
         run_rows.transition(db, run_id, RunStatus.ERROR, status_reason=str(exc), finished_at=run_rows.utcnow())
         return
@@ -72,11 +73,14 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
         if runtime.stopping.is_set() and requeue is not None:
             requeue(run_id)  # still queued: another driver takes over the wait
         return  # cancelled, claimed elsewhere, or handed over while it waited
-    if not run_rows.claim(db, run_id, digest):
+    # The code is read now, when the run starts, not when it was submitted (it may have waited for hours).
+    epoch = run_rows.claim(db, run_id, code_digest(flow))
+    if epoch is None:
         return  # another driver won the claim, or the run was cancelled while queued
     runtime.events.publish("run_started", run_id=run_id, flow=flow.name)
-    driver = Driver(runtime, run_id, run.params or {}, flow, dispatch, revoke, code_digest=digest,
-                    use_cache=not run.no_cache)
+    claimed = run_rows.get_run(db, run_id)
+    driver = Driver(runtime, run_id, run.params or {}, flow, dispatch, revoke, code_digest=claimed.code_digest,
+                    use_cache=not run.no_cache, epoch=epoch)
     driver.run()
     if driver.handed_over and runtime.settings.auto_resume and requeue is not None:
         run_rows.resume(runtime.db, run_id)
@@ -96,7 +100,10 @@ def ask_for_machine(runtime: Runtime, resources: Resources, device: str | None, 
     provisioner = runtime.provisioner
     if provisioner is None:
         return None
-    profile = provisioner.covers(resources, device)
+    # Clamp against the shapes a cluster could start, as the placer does against attached machines.
+    shapes = [shape for shape, labels in provisioner.shapes() if device is None or device in labels]
+    wanted, _warning = clamp(resources, shapes)
+    profile = provisioner.covers(wanted, device)
     if profile is None:
         return None
     try:
@@ -132,6 +139,7 @@ def _wait_for_labels(runtime: Runtime, run_id: str, flow: Flow) -> bool:
                 runtime.events.publish("run_queued", run_id=run_id, flow=flow.name, reason=reason)
                 said = reason
             runtime.inbox.pop(run_id, timeout=runtime.settings.lease_interval_s)
+            run_rows.touch_queued(runtime.db, run_id)  # held by a driver: not a lost hand-over
             if run_rows.get_run(runtime.db, run_id).status != RunStatus.QUEUED.value:
                 return False
             missing = missing_labels(runtime, flow)
@@ -143,9 +151,12 @@ def _wait_for_labels(runtime: Runtime, run_id: str, flow: Flow) -> bool:
 
 class Driver:
     def __init__(self, runtime: Runtime, run_id: str, params: dict[str, Any], flow: Flow,
-                 dispatch: Dispatch, revoke: Revoke, code_digest: str | None = None, use_cache: bool = True) -> None:
+                 dispatch: Dispatch, revoke: Revoke, code_digest: str | None = None, use_cache: bool = True,
+                 epoch: int = 0) -> None:
         self.rt = runtime
         self.run_id = run_id
+        #: How often the run was resumed when this driver claimed it; guards its writes and names its calls.
+        self.epoch = epoch
         self.flow = flow
         self.walk = Walk(flow, params)
         self.dispatch = dispatch
@@ -198,8 +209,10 @@ class Driver:
         try:
             self._loop()
             if self.handed_over:
+                self._stop_calls()
                 run_rows.finish(self.rt.db, self.run_id, RunStatus.ABANDONED,
-                                "its driver's worker was shut down mid-run; `fluksio resume` re-drives it", None)
+                                "its driver's worker was shut down mid-run; `fluksio resume` re-drives it", None,
+                                self.epoch)
             elif not self.lost_run:
                 self._finish()
         except Exception as exc:
@@ -235,7 +248,7 @@ class Driver:
                 self._check_machines()
             if now >= next_lease:
                 next_lease = now + settings.lease_interval_s
-                held, cancel = run_rows.refresh_lease(self.rt.db, self.run_id)
+                held, cancel = run_rows.refresh_lease(self.rt.db, self.run_id, self.epoch)
                 if not held:
                     # A sweeper declared us dead (the store was unreachable past the stale limit);
                     # the run is someone else's now.
@@ -253,7 +266,9 @@ class Driver:
                 self._cancel()
 
     def _call_id(self, node: str) -> str:
-        return f"{self.run_id}.{node}.{self.attempts.get(node, 1)}"
+        # A resumed run's calls are named apart from the calls of the drive that went before it.
+        drive = f".r{self.epoch}" if self.epoch else ""
+        return f"{self.run_id}{drive}.{node}.{self.attempts.get(node, 1)}"
 
     def _schedule(self) -> None:
         while fresh := self.walk.take_fresh():
@@ -262,6 +277,8 @@ class Driver:
                     spec = self.flow.nodes[node]
                     key = (spec.resources, spec.device, spec.device_policy)
                     self.queues.setdefault(key, deque()).append(node)
+                    if key in self.waiting:  # joins a queue that waits: it waits for the same reason
+                        self._announce(node, self.waiting[key])
         for key, queue in self.queues.items():
             while queue and self._place(queue[0], key):
                 queue.popleft()
@@ -312,8 +329,8 @@ class Driver:
             if asked:
                 reason = f"{reason}; {asked}"
             if self.waiting.get(key) != reason:
-                self.rt.events.publish("node_queued", run_id=self.run_id, node=node, reason=reason,
-                                       waiting=len(self.queues[key]))
+                for queued in self.queues[key]:  # only when the reason changes: not per attempt
+                    self._announce(queued, reason)
             self.waiting[key] = reason
             return False
         if outcome.clamped_from is not None:
@@ -324,6 +341,9 @@ class Driver:
             log.warning("run %s node %s %s", self.run_id, node, self.warnings[node])
         self._send(node, call_id, outcome)
         return True
+
+    def _announce(self, node: str, reason: str) -> None:
+        self.rt.events.publish("node_queued", run_id=self.run_id, node=node, reason=reason)
 
     def _send(self, node: str, call_id: str, grant: Grant) -> None:
         call = {
@@ -359,7 +379,7 @@ class Driver:
             reason = reason[0].upper() + reason[1:]
         if reason != self._reason:
             self._reason = reason
-            run_rows.set_reason(self.rt.db, self.run_id, reason)
+            run_rows.set_reason(self.rt.db, self.run_id, reason, self.epoch)
 
     # -- completions ----------------------------------------------------------------------------
 
@@ -441,6 +461,10 @@ class Driver:
             return
         self.cancelled = True
         self._record_bare(self.walk.cancel_pending(), NodeStatus.CANCELLED, "cancelled before it started")
+        for key in self.waiting:
+            if self.queues.get(key):
+                self.rt.placer.forget(self._call_id(self.queues[key][0]))
+        self.waiting.clear()
         self.queues.clear()
         for call_id, (node, grant) in list(self.in_flight.items()):
             self.rt.ledger.settle(call_id)
@@ -456,6 +480,11 @@ class Driver:
         reason = None
         if self.cancelled:
             status, reason = RunStatus.CANCELLED, "cancelled by request"
+        elif stranded := [n for n, s in self.walk.state.items() if s is NodeState.PENDING]:
+            # Inputs they need never came (the flow changed between submit and start): never "ok".
+            missing = sorted({m for n in stranded for m in self.flow.nodes[n].requires if m not in self.walk.messages})
+            status, reason = RunStatus.ERROR, (f"node(s) {', '.join(stranded)} could never run: nobody provided "
+                                               f"{', '.join(missing)} (did the flow change since the submit?)")
         elif failed := self.walk.failed():
             details = "; ".join(f"{n}: {self.errors.get(n, 'failed').splitlines()[0]}" for n in failed)
             skipped = [n for n, s in self.walk.state.items() if s is NodeState.SKIPPED]
@@ -463,7 +492,7 @@ class Driver:
             status, reason = RunStatus.ERROR, f"node(s) {', '.join(failed)} failed — {details}{tail}"
         else:
             status = RunStatus.OK
-        run_rows.finish(self.rt.db, self.run_id, status, reason, result)
+        run_rows.finish(self.rt.db, self.run_id, status, reason, result, self.epoch)
         self.rt.events.publish("run_finished", run_id=self.run_id, flow=self.flow.name, status=status.value,
                                reason=reason)
 
@@ -474,13 +503,18 @@ class Driver:
                    f"{type(exc).__name__}: {exc}"
         return f"the driver failed: {type(exc).__name__}: {exc}"
 
-    def _abort(self, reason: str) -> None:
+    def _stop_calls(self) -> None:
+        """Kill the calls in flight and give their resources back (the run is over for this driver)."""
         for call_id, (_node, grant) in list(self.in_flight.items()):
             self.rt.ledger.settle(call_id)
             self.revoke(call_id)
             self.rt.placer.release(grant)
+        self.in_flight.clear()
+
+    def _abort(self, reason: str) -> None:
+        self._stop_calls()
         try:
-            run_rows.finish(self.rt.db, self.run_id, RunStatus.ERROR, reason, None)
+            run_rows.finish(self.rt.db, self.run_id, RunStatus.ERROR, reason, None, self.epoch)
         except Exception:
             log.exception("could not record the failure of run %s", self.run_id)
 

@@ -8,8 +8,9 @@ from typing import Any
 from celery import Celery
 from celery.worker import state as worker_state
 
-from fluksio.driver.drive import drive
 from fluksio.constants import CALL_TASK, DRIVE_TASK
+from fluksio.driver.drive import drive
+
 
 def register_drive_task(app: Celery, interrupt_local: Callable[[str], object] | None = None) -> None:
     """Register the drive task. ``interrupt_local`` stops a call running on a thread of this process

@@ -25,41 +25,48 @@ from fluksio.runs.inbox import DONE
 from fluksio.runs.metrics import MetricSink
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import Grant
+from fluksio.store.metrics import delete_metrics
 
 log = logging.getLogger(__name__)
 
 
 def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
-    """Run the call described by ``call`` (see the driver's dispatch) and push its completion."""
+    """Run the call described by ``call`` (see the driver's dispatch) and push its completion.
+
+    Whatever happens, a call that reached this worker ends with its grant given back and a completion
+    in its driver's inbox — else its run would wait for it forever.
+    """
     try:
         grant = Grant.model_validate(call["grant"])
-        call_id, flow_name = str(call["call_id"]), str(call["flow"])
-        call["run_id"], call["node"], call["attempt"], call["inputs"]  # noqa: B018 - all must be there
+        call_id, run_id, flow_name = str(call["call_id"]), str(call["run_id"]), str(call["flow"])
+        call["node"], call["attempt"], call["inputs"]  # noqa: B018 - all must be there
     except (KeyError, TypeError, ValueError):
         log.error("refusing a malformed node call: %.300r", call)
         return
+    started = datetime.now(timezone.utc)
+    completion: dict[str, Any] = {
+        "kind": DONE, "call_id": call_id, "node": call["node"], "attempt": call["attempt"],
+        "machine": grant.machine, "gpus": list(grant.gpus), "started_at": started.isoformat(),
+    }
     if flow_name not in runtime.registry.names():
         # Never import what a message names: only flows this installation registered may run.
         log.error("refusing call %s: flow %r is not registered on this worker (registered: %s)", call_id,
                   flow_name, ", ".join(runtime.registry.names()) or "none")
+        completion.update(status="error", error=f"flow {flow_name!r} is not registered on machine "
+                                                f"{grant.machine}; add its module or file to FLUKSIO_FLOWS there")
+        _settle(runtime, run_id, grant, completion)
         return
     if not runtime.ledger.start(call_id):
         # A redelivery of a call its driver has already settled (retried elsewhere, cancelled).
-        log.warning("dropping call %s: it is already settled or running elsewhere", call["call_id"])
+        log.warning("dropping call %s: it is already settled or running elsewhere", call_id)
         return
-    started = datetime.now(timezone.utc)
-    runtime.events.publish("node_started", run_id=call["run_id"], node=call["node"], machine=grant.machine,
+    runtime.events.publish("node_started", run_id=run_id, node=call["node"], machine=grant.machine,
                            gpus=list(grant.gpus), attempt=call["attempt"])
-    completion: dict[str, Any] = {
-        "kind": DONE, "call_id": call["call_id"], "node": call["node"], "attempt": call["attempt"],
-        "machine": grant.machine, "gpus": list(grant.gpus), "started_at": started.isoformat(),
-    }
     try:
         try:
-            flow = runtime.registry.get(call["flow"])
-            node = flow.nodes[call["node"]]
+            node = runtime.registry.get(flow_name).nodes[call["node"]]
         except KeyError:
-            raise NodeFailed(f"flow {call['flow']!r} has no node {call['node']!r} on this worker") from None
+            raise NodeFailed(f"flow {flow_name!r} has no node {call['node']!r} on this worker") from None
         if grant.gpus:
             outputs, artifacts, logs = run_in_child(call, grant.gpus, node.timeout_s)
         else:
@@ -67,13 +74,24 @@ def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
         completion.update(status="ok", outputs=outputs, artifacts=artifacts, logs=logs)
     except NodeFailed as exc:
         completion.update(status="error", error=str(exc), logs=getattr(exc, "logs", None))
+    except interrupt.CallCancelled:
+        completion.update(status="error", error="cancelled while running")
     except Exception as exc:  # anything else fluksio itself got wrong must still end the call
-        log.exception("node call %s failed inside fluksio", call.get("call_id"))
+        log.exception("node call %s failed inside fluksio", call_id)
         completion.update(status="error", error=f"fluksio failed to run the node: {type(exc).__name__}: {exc}")
+    _settle(runtime, run_id, grant, completion)
+
+
+def _settle(runtime: Runtime, run_id: str, grant: Grant, completion: dict[str, Any]) -> None:
     completion["finished_at"] = datetime.now(timezone.utc).isoformat()
-    # Give the resources back before telling the driver, so its next claim can use them.
-    runtime.placer.release(grant)
-    runtime.inbox.push(call["run_id"], completion)
+    for key in ("error", "logs"):  # PostgreSQL's text cannot hold NUL characters
+        if isinstance(completion.get(key), str):
+            completion[key] = completion[key].replace("\x00", "\\0")
+    try:
+        # Give the resources back before telling the driver, so its next claim can use them.
+        runtime.placer.release(grant)
+    finally:
+        runtime.inbox.push(run_id, completion)
 
 
 def run_node_here(runtime: Runtime, node: NodeSpec, call: dict[str, Any], use_timeout: bool = True,
@@ -82,6 +100,9 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: dict[str, Any], use_ti
     store = runtime.artifacts
     args = [decode(call["inputs"][m], store) for m in node.requires]
     sink = MetricSink(runtime.db, call["run_id"])
+    if node.streams:
+        # A retried or resumed call counts its steps from 0 again: what an earlier attempt wrote goes.
+        delete_metrics(runtime.db, call["run_id"], node.streams)
     streamed: dict[str, Any] = {}
 
     def emit(name: str, value: Any) -> None:
@@ -118,6 +139,7 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: dict[str, Any], use_ti
         runner.start()
         runner.join(node.timeout_s)
         if runner.is_alive():
+            interrupt.interrupt(call["call_id"])  # stop it at its next Python instruction
             failure = NodeFailed(f"node {node.name!r} timed out after {node.timeout_s:g} s")
             failure.logs = outcome.get("logs")  # type: ignore[attr-defined]
             raise failure

@@ -28,15 +28,20 @@ def running(call_id: str) -> None:
 
 
 def finished(call_id: str) -> None:
+    """The calling thread no longer runs ``call_id``: from now on, it cannot be interrupted for it."""
     with _lock:
         _threads.pop(call_id, None)
 
 
 def interrupt(call_id: str) -> bool:
-    """Raise :class:`CallCancelled` in the thread running ``call_id``; whether one was running it."""
+    """Raise :class:`CallCancelled` in the thread running ``call_id``; whether one was running it.
+
+    Under the lock, so that a thread that has just finished the call (and may be starting another) is
+    never hit by an exception meant for this one.
+    """
     with _lock:
         ident = _threads.pop(call_id, None)
-    if ident is None:
-        return False
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(CallCancelled))
-    return True
+        if ident is None:
+            return False
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(CallCancelled))
+        return True

@@ -9,6 +9,7 @@ from celery import Celery
 from fluksio.constants import CALL_TASK
 from fluksio.execution.call import execute_call
 
+
 def register_call_task(app: Celery) -> None:
     @app.task(name=CALL_TASK, bind=True, shared=False, ignore_result=True, acks_late=True)
     def call(self: Any, call: dict[str, Any]) -> None:

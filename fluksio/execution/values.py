@@ -13,7 +13,11 @@ from fluksio.errors import NodeFailed
 
 def encode(value: Any, store: ArtifactStore, made: list[Artifact], where: str) -> Any:
     """JSON-ready copy of ``value``; artifacts are stored and replaced by references (appended to ``made``)."""
-    if value is None or isinstance(value, (bool, int, str)):
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise NodeFailed(f"{where} contains a NUL character, which the run store cannot keep")
+        return value
+    if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
@@ -28,7 +32,7 @@ def encode(value: Any, store: ArtifactStore, made: list[Artifact], where: str) -
     if isinstance(value, dict):
         encoded = {}
         for key, item in value.items():
-            if not isinstance(key, str):
+            if not isinstance(key, str) or "\x00" in key:
                 raise NodeFailed(f"{where} has a key {key!r} of type {type(key).__name__}; JSON keys are strings")
             encoded[key] = encode(item, store, made, f"{where}[{key!r}]")
         return encoded

@@ -12,7 +12,6 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from fluksio.artifacts.artifact import Artifact
 from fluksio.errors import FlowError
 from fluksio.flows.node import NodeSpec, check_identifier, make_node
 from fluksio.flows.validation import topological_order, validate_graph
@@ -57,8 +56,8 @@ class Flow:
         inputs: dict[str, Any] | None = None,
         outputs: Sequence[str] | None = None,
     ) -> None:
-        if not isinstance(name, str) or not FLOW_NAME.match(name):
-            raise FlowError(f"flow name {name!r} is not valid; use letters, digits, '_', '-' or '.'")
+        if not isinstance(name, str) or not FLOW_NAME.match(name) or len(name) > 200:
+            raise FlowError(f"flow name {name!r} is not valid; use up to 200 letters, digits, '_', '-' or '.'")
         self.name = name
         self.inputs: dict[str, InputSpec] = {}
         for input_name, spec in (inputs or {}).items():
@@ -70,8 +69,7 @@ class Flow:
             else:
                 self.inputs[input_name] = InputSpec(input_name, spec)
             try:
-                if self.inputs[input_name].type is not Artifact:
-                    self.inputs[input_name].adapter()
+                self.inputs[input_name].adapter()
             except Exception as exc:  # pydantic raises several kinds for unusable types
                 raise FlowError(f"flow {name!r}: input {input_name!r} has an unusable type {spec!r}: {exc}") from None
         if isinstance(outputs, str):

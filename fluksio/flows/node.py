@@ -17,9 +17,14 @@ from fluksio.schemas import DevicePolicy, Resources
 EMIT_PARAMETER = "emit"
 
 
+#: Names are stored in columns of this width (and read by people): longer ones are refused.
+MAX_NAME_LENGTH = 200
+
+
 def check_identifier(kind: str, value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value.isidentifier() or keyword.iskeyword(value):
-        raise FlowError(f"{kind} {value!r} in {where} is not a valid name; use a Python identifier such as 'loss'")
+    if (not isinstance(value, str) or not value.isidentifier() or keyword.iskeyword(value)
+            or len(value) > MAX_NAME_LENGTH):
+        raise FlowError(f"{kind} {value!r} in {where} is not a valid name; use a Python identifier of at most {MAX_NAME_LENGTH} characters such as 'loss'")
     return value
 
 

@@ -223,18 +223,19 @@ class RedisBooks(Books):
 
     def _listen(self) -> None:
         while not self._stopping.is_set():
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
             try:
-                pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(CHANGES_CHANNEL)
                 # A change may have happened while we were (re)subscribing: wake everyone once.
                 self._fire()
                 while not self._stopping.is_set():
                     if pubsub.get_message(timeout=1.0) is not None:
                         self._fire()
-                pubsub.close()
             except redis.RedisError:
                 log.warning("lost the placer change channel; resubscribing", exc_info=True)
                 self._stopping.wait(0.5)
+            finally:
+                pubsub.close()
 
     def _fire(self) -> None:
         with self._lock:

@@ -14,7 +14,6 @@ from fluksio.constants import PROVISION_SLOT_KEY as SLOT_KEY
 from fluksio.provisioners.request import MachineRequest
 from fluksio.provisioners.store import RequestStore
 
-
 # KEYS: slot, live. ARGV: id, request JSON. Returns the outstanding request's JSON, or nil when reserved.
 _RESERVE = """
 local held = redis.call('GET', KEYS[1])

@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fluksio.provisioners.base import AttachedCheck, JobState, Provisioner, ProvisionError
+from fluksio.provisioners.base import (
+    AttachedCheck,
+    JobState,
+    Provisioner,
+    ProvisionError,
+)
 from fluksio.provisioners.config import SlurmProfile
 from fluksio.provisioners.request import MachineRequest
 from fluksio.provisioners.slurm_script import batch_script, worker_environment

@@ -1,4 +1,4 @@
-"""The run cache: earlier successful node calls, found by a key over what determines their outputs.
+"""The run cache's lookup: earlier successful node calls, found by their key (see ``cache_key``).
 
 The cache is the run history itself: a node row that ended ``ok`` with small
 outputs is an entry. Its key covers the node's identity and declared ports,
@@ -8,8 +8,6 @@ An entry whose artifacts are gone is a miss; so is any lookup that fails.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -18,39 +16,11 @@ from sqlalchemy import select
 
 from fluksio.artifacts.artifact import find_refs
 from fluksio.artifacts.store import ArtifactStore
-from fluksio.flows.node import NodeSpec
 from fluksio.schemas import NodeStatus
 from fluksio.store.db import Database
 from fluksio.store.models import RunNode
 
 log = logging.getLogger(__name__)
-
-#: Outputs larger than this (as JSON) are not cache entries, in bytes.
-MAX_CACHED_OUTPUT_BYTES = 256 * 1024
-
-
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def cache_key(flow: str, node: NodeSpec, code_digest: str | None, inputs: dict[str, Any]) -> str:
-    """The key of one node call. Pure: the same call always gets the same key."""
-    identity = {
-        "flow": flow, "node": node.name, "requires": list(node.requires), "provides": list(node.provides),
-        "streams": list(node.streams), "code": code_digest, "inputs": inputs,
-    }
-    return "sha256:" + hashlib.sha256(canonical(identity).encode()).hexdigest()
-
-
-def cacheable(outputs: dict[str, Any] | None) -> bool:
-    """Whether outputs are small enough to be an entry."""
-    if outputs is None:
-        return False
-    try:
-        return len(canonical(outputs).encode()) <= MAX_CACHED_OUTPUT_BYTES
-    except (TypeError, ValueError):
-        return False
-
 
 @dataclass(frozen=True)
 class CacheHit:

@@ -22,8 +22,17 @@ log = logging.getLogger(__name__)
 
 
 def sweep_once(db: Database, stale_after_s: float, resume: Callable[[str], bool] | None = None,
-               spare: Collection[str] = ()) -> list[str]:
-    """Abandon stale runs (but those in ``spare``); with ``resume``, hand each to it."""
+               spare: Collection[str] = (), redrive: Callable[[str, str], bool] | None = None) -> list[str]:
+    """Abandon stale runs (but those in ``spare``); with ``resume``, hand each to it.
+
+    With ``redrive(run_id, flow)``, also hand again to a driver every run queued so long that its
+    hand-over must have been lost (a broker restart, a process that stopped with it in memory).
+    """
+    if redrive is not None:
+        for run_id, flow in run_rows.stale_queued(db, stale_after_s):
+            if redrive(run_id, flow):
+                log.warning("run %s was queued for over %g s with no driver; handed over again", run_id,
+                            stale_after_s)
     # Unwrapped: one attempt. A sweeper that cannot reach the store must not sit in retries and then
     # judge leases that nobody could refresh meanwhile.
     stale = run_rows.abandon_stale.__wrapped__(db, stale_after_s, spare)
@@ -43,12 +52,14 @@ class Sweeper:
 
     def __init__(self, db: Database, stale_after_s: float, interval_s: float,
                  resume: Callable[[str], bool] | None = None,
-                 spare: Callable[[], Collection[str]] = frozenset) -> None:
+                 spare: Callable[[], Collection[str]] = frozenset,
+                 redrive: Callable[[str, str], bool] | None = None) -> None:
         self.db = db
         self.stale_after_s = stale_after_s
         self.interval_s = interval_s
         self.resume = resume
         self.spare = spare
+        self.redrive = redrive
         self._reachable_since = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fluksio-sweeper", daemon=True)
@@ -64,7 +75,7 @@ class Sweeper:
                     self._reachable_since = time.monotonic()
                 continue
             try:
-                sweep_once(self.db, self.stale_after_s, self.resume, self.spare())
+                sweep_once(self.db, self.stale_after_s, self.resume, self.spare(), self.redrive)
             except DBAPIError:
                 log.warning("lease sweep could not reach the run store; waiting for it", exc_info=True)
                 self._reachable_since = time.monotonic()

@@ -17,7 +17,6 @@ from fluksio.store.db import Database
 from fluksio.store.metrics import latest_metrics, read_metrics, upsert_metrics
 from fluksio.store.runs import node_rows
 
-
 T = TypeVar("T")
 
 #: Buffered rows that trigger a write.

@@ -8,8 +8,11 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
+from sqlalchemy.exc import DBAPIError
+
 from fluksio.artifacts.local import LocalArtifactStore
 from fluksio.artifacts.store import ArtifactStore
+from fluksio.errors import ConfigError
 from fluksio.flows.registry import FlowRegistry
 from fluksio.placement.placer import Placer
 from fluksio.provisioners.base import Provisioner
@@ -17,7 +20,7 @@ from fluksio.runs.events import Events, MemoryEvents, RedisEvents
 from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
 from fluksio.runs.ledger import CallLedger, MemoryLedger, RedisLedger
 from fluksio.schemas import Inventory
-from fluksio.settings import Settings
+from fluksio.settings import Settings, redact_url
 from fluksio.store.db import Database
 
 log = logging.getLogger(__name__)
@@ -59,14 +62,13 @@ class Runtime:
     def distributed(cls, settings: Settings, machine: str | None = None) -> Runtime:
         """Books, inboxes, the call ledger and events in the broker's Redis; shared by every host."""
         import redis
-
-        from fluksio.placement.redis import RedisBooks
-
         from redis.backoff import ExponentialBackoff
         from redis.exceptions import AuthenticationError
         from redis.exceptions import ConnectionError as RedisConnectionError
         from redis.exceptions import TimeoutError as RedisTimeoutError
         from redis.retry import Retry
+
+        from fluksio.placement.redis import RedisBooks
 
         class OutageRetry(Retry):
             """Retry through an outage (a restart, say) for about broker_outage_s — but never a refused login."""
@@ -126,7 +128,15 @@ def _provisioner(settings: Settings, client: object) -> Provisioner | None:
 
 def _database(settings: Settings) -> Database:
     db = Database(settings.database_url, outage_s=settings.db_outage_s)
-    db.upgrade()
+    try:
+        db.upgrade()
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"FLUKSIO_DATABASE_URL={redact_url(settings.database_url)} needs the Python package "
+                          f"{exc.name!r} (for PostgreSQL: pip install 'fluksio[postgres]')") from None
+    except DBAPIError as exc:
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        raise ConfigError(f"cannot open the run store FLUKSIO_DATABASE_URL={redact_url(settings.database_url)}: "
+                          f"{reason}") from None
     return db
 
 

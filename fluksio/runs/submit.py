@@ -7,7 +7,6 @@ once, not from a failing run.
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -15,11 +14,12 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
-from fluksio.artifacts.artifact import Artifact, is_ref
+from fluksio.artifacts.artifact import REF_KEY, Artifact, is_ref
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import RunRejected
 from fluksio.flows.flow import Flow
 from fluksio.flows.registry import FlowRegistry
+from fluksio.runs.cache_key import canonical
 from fluksio.runs.references import is_reference
 from fluksio.runs.references import resolve as resolve_reference
 from fluksio.schemas import DevicePolicy, Inventory, RunStatus
@@ -32,13 +32,9 @@ from fluksio.store.runs import find_by_idempotency_key, insert_run, utcnow
 SEED_INPUT = "seed"
 
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def params_digest(params: Mapping[str, Any], seed: int | None) -> str:
     """Identity of an experiment's settings: the params and the seed."""
-    return "sha256:" + hashlib.sha256(canonical_json({"params": params, "seed": seed}).encode()).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical({"params": params, "seed": seed}).encode()).hexdigest()
 
 
 def validate_params(flow: Flow, params: Any, seed: int | None,
@@ -48,8 +44,8 @@ def validate_params(flow: Flow, params: Any, seed: int | None,
         params = {}
     if not isinstance(params, Mapping):
         raise RunRejected(f"params must be a mapping of input name to value, got {type(params).__name__}")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise RunRejected(f"seed must be a whole number, got {seed!r}")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not -2**63 <= seed < 2**63):
+        raise RunRejected(f"seed must be a whole number that fits 64 bits, got {seed!r}")
     declared = ", ".join(sorted(flow.inputs)) or "nothing"
     for name in params:
         if name not in flow.inputs:
@@ -65,9 +61,18 @@ def validate_params(flow: Flow, params: Any, seed: int | None,
                 raise RunRejected(
                     f"flow {flow.name!r} needs input {name!r} ({spec.type_name}); give it as a parameter{hint}"
                 )
-            checked[name] = spec.default
+            try:
+                checked[name] = to_jsonable_python(spec.default)
+            except Exception:
+                raise RunRejected(f"the default of input {name!r} of flow {flow.name!r} ({spec.default!r}) cannot "
+                                  "be stored as JSON; give a JSON value as the default, or pass the input") from None
             continue
         given = values[name]
+        if is_ref(given):  # an artifact reference written out: checked like the digest it names
+            digest = given[REF_KEY].get("digest") if isinstance(given[REF_KEY], dict) else None
+            given = digest if isinstance(digest, str) else repr(given)
+            if not is_reference(given):
+                raise RunRejected(f"input {name!r}: {values[name]!r} is not an artifact reference")
         if resolve is not None and is_reference(given):
             given = values[name] = resolve(name, given)
         if spec.type is Artifact:
@@ -85,8 +90,10 @@ def validate_params(flow: Flow, params: Any, seed: int | None,
             ) from None
         try:
             checked[name] = to_jsonable_python(value)
+            canonical(checked[name])
         except Exception:
-            raise RunRejected(f"input {name!r}: {value!r} cannot be stored as JSON") from None
+            raise RunRejected(f"input {name!r}: {value!r} cannot be stored as JSON (NaN and infinities "
+                              "cannot either)") from None
     return checked
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import threading
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -39,6 +39,13 @@ def upsert_metrics(db: Database, rows: Sequence[tuple[str, str, int, float]]) ->
             session.execute(statement)
             statements += 1
     return statements
+
+
+@retried
+def delete_metrics(db: Database, run_id: str, names: Sequence[str]) -> None:
+    """Forget the run's series of these names (before a node that streams them runs again)."""
+    with db.write() as session:
+        session.execute(delete(RunMetric).where(RunMetric.run_id == run_id, RunMetric.name.in_(list(names))))
 
 
 @retried

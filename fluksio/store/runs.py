@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
 from collections.abc import Collection
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from fluksio.errors import RunNotFound, RunRejected
@@ -44,7 +44,7 @@ def find_by_idempotency_key(db: Database, key: str) -> Run | None:
 
 
 @retried
-def transition(db: Database, run_id: str, target: RunStatus, **values: Any) -> bool:
+def transition(db: Database, run_id: str, target: RunStatus, epoch: int | None = None, **values: Any) -> bool:
     """Move a run to ``target`` if the transition table allows it from its current status.
 
     Returns whether this call made the change (``False``: someone else got there first).
@@ -52,32 +52,42 @@ def transition(db: Database, run_id: str, target: RunStatus, **values: Any) -> b
     with db.write() as session:
         result = session.execute(
             update(Run)
-            .where(Run.id == run_id, Run.status.in_(allowed_from(target)))
+            .where(Run.id == run_id, Run.status.in_(allowed_from(target)), *_mine(epoch))
             .values(status=target.value, **values)
         )
         return result.rowcount == 1
 
 
 @retried
-def claim(db: Database, run_id: str, code_digest: str | None) -> bool:
-    """``queued → running``; exactly one of several claimers gets ``True``."""
+def claim(db: Database, run_id: str, code_digest: str | None) -> int | None:
+    """``queued → running``: exactly one of several claimers gets the run's *epoch*, the others ``None``.
+
+    The epoch (how often the run was resumed) guards every later write of this driver: once the run is
+    resumed by someone else, a driver that lost it can no longer write to it.
+    """
     now = utcnow()
     with db.write() as session:
-        result = session.execute(
+        return session.scalar(
             update(Run)
             .where(Run.id == run_id, Run.status == RunStatus.QUEUED.value, Run.cancel_requested.is_(False))
             .values(status=RunStatus.RUNNING.value, started_at=now, lease_at=now, code_digest=code_digest,
                     status_reason=None)
+            .returning(Run.resume_count)
         )
-        return result.rowcount == 1
+
+
+def _mine(epoch: int | None) -> list[Any]:
+    """The guard of a driver's writes: the run is still in the epoch it claimed."""
+    return [] if epoch is None else [Run.resume_count == epoch]
 
 
 @retried
-def refresh_lease(db: Database, run_id: str) -> tuple[bool, bool]:
-    """Extend the lease. Returns (still ours: the run is still ``running``; a cancel was requested)."""
+def refresh_lease(db: Database, run_id: str, epoch: int | None = None) -> tuple[bool, bool]:
+    """Extend the lease. Returns (still ours: ``running`` in our epoch; a cancel was requested)."""
     with db.write() as session:
         held = session.execute(
-            update(Run).where(Run.id == run_id, Run.status == RunStatus.RUNNING.value).values(lease_at=utcnow())
+            update(Run).where(Run.id == run_id, Run.status == RunStatus.RUNNING.value, *_mine(epoch))
+            .values(lease_at=utcnow())
         ).rowcount == 1
         return held, bool(session.scalar(select(Run.cancel_requested).where(Run.id == run_id)))
 
@@ -104,6 +114,30 @@ def abandon_stale(db: Database, stale_after_s: float, spare: Collection[str] = (
 
 
 @retried
+def touch_queued(db: Database, run_id: str) -> None:
+    """A driver is holding this queued run (waiting for a label): it is not lost."""
+    with db.write() as session:
+        session.execute(update(Run).where(Run.id == run_id, Run.status == RunStatus.QUEUED.value)
+                        .values(lease_at=utcnow()))
+
+
+def stale_queued(db: Database, stale_after_s: float) -> list[tuple[str, str]]:
+    """Runs queued for longer than ``stale_after_s`` that no driver holds: their hand-over was lost.
+
+    Returns ``(run id, flow)`` of each, marking it handled now so that a second sweeper skips it.
+    """
+    now = utcnow()
+    cutoff = now - timedelta(seconds=stale_after_s)
+    with db.write() as session:
+        return [tuple(row) for row in session.execute(
+            update(Run)
+            .where(Run.status == RunStatus.QUEUED.value, func.coalesce(Run.lease_at, Run.created_at) < cutoff)
+            .values(lease_at=now)
+            .returning(Run.id, Run.flow)
+        )]
+
+
+@retried
 def resume(db: Database, run_id: str) -> RunStatus:
     """Send a run that did not end ``ok`` back to ``queued``; returns the status it was resumed from."""
     run = get_run(db, run_id)
@@ -125,18 +159,20 @@ def resume(db: Database, run_id: str) -> RunStatus:
 
 
 @retried
-def set_reason(db: Database, run_id: str, reason: str | None) -> None:
+def set_reason(db: Database, run_id: str, reason: str | None, epoch: int | None = None) -> None:
     with db.write() as session:
-        session.execute(update(Run).where(Run.id == run_id).values(status_reason=reason))
+        session.execute(update(Run).where(Run.id == run_id, *_mine(epoch)).values(status_reason=reason))
 
 
 @retried
-def finish(db: Database, run_id: str, status: RunStatus, reason: str | None, result: dict[str, Any] | None) -> bool:
+def finish(db: Database, run_id: str, status: RunStatus, reason: str | None, result: dict[str, Any] | None,
+           epoch: int | None = None) -> bool:
     with db.read() as session:
         started = session.scalar(select(Run.started_at).where(Run.id == run_id))
     now = utcnow()
     duration = int((now - started).total_seconds() * 1000) if started else None
-    return transition(db, run_id, status, status_reason=reason, result=result, finished_at=now, duration_ms=duration)
+    return transition.__wrapped__(db, run_id, status, epoch, status_reason=reason, result=result, finished_at=now,
+                                  duration_ms=duration)
 
 
 @retried

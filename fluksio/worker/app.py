@@ -12,9 +12,9 @@ from fluksio.execution.interrupt import interrupt
 from fluksio.execution.task import register_call_task
 from fluksio.runs.lease import Sweeper
 from fluksio.runs.runtime import Runtime
+from fluksio.settings import Settings
 from fluksio.store import runs as run_rows
 from fluksio.store.runs import get_run
-from fluksio.settings import Settings
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -74,6 +74,12 @@ def start_sweeper(app: Celery, runtime: Runtime) -> Sweeper:
         send_drive(app, run_id, run.flow)
         return True
 
+    def redrive(run_id: str, flow: str) -> bool:
+        if flow not in runtime.registry.names():
+            return False
+        send_drive(app, run_id, flow)
+        return True
+
     interval = max(0.2, min(settings.stale_after_s / 3, settings.lease_interval_s))
     return Sweeper(runtime.db, settings.stale_after_s, interval, resume if settings.auto_resume else None,
-                   spare=lambda: set(runtime.driving)).start()
+                   spare=lambda: set(runtime.driving), redrive=redrive).start()

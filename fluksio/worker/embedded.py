@@ -10,10 +10,9 @@ node call needs.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections import defaultdict
-
-import queue
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any

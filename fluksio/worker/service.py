@@ -61,6 +61,11 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
     books.attach(inventory)
     heartbeat = Heartbeat(books, inventory, settings.heartbeat_interval_s)
     heartbeat.start()
+    @worker_shutting_down.connect(weak=False)
+    def _leave_the_books(**_: Any) -> None:
+        # Stop being placed on at once; the calls still running give their grants back as they end.
+        books.detach(inventory.name)
+
     # A provisioned worker (a Slurm job) gives its resources back once nothing calls it for a while.
     idle = (IdleExit(idle_timeout_s, [celery_busy, grants_held(books, inventory.name)]).start_when_ready()
             if idle_timeout_s else None)
@@ -82,7 +87,10 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
             log.warning("could not detach %s from the placer's books", inventory.name, exc_info=True)
         if drivers is not None:
             drivers.terminate()
-            drivers.wait(30)
+            try:
+                drivers.wait(30)
+            except subprocess.TimeoutExpired:
+                drivers.kill()
         runtime.close()
     sys.exit(code or 0)
 

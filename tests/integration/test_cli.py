@@ -145,3 +145,12 @@ def test_no_cache_runs_every_node_again(tmp_path: Path) -> None:
     assert {n["status"] for n in cached["nodes"]} == {"cached"}
     assert {n["cached_from"] for n in cached["nodes"]} == {first["id"]}
     assert {n["status"] for n in fresh["nodes"]} == {"ok"}
+
+
+def test_run_timeout_stops_waiting_cleanly(tmp_path: Path) -> None:
+    (tmp_path / "slow.py").write_text(
+        "import time\nfrom fluksio import Flow\nflow = Flow('slow')\n"
+        "@flow.node(provides='x')\ndef nap():\n    time.sleep(5)\n    return 1\n")
+    done = fluksio("run", "slow.py:flow", "--timeout", "0.5", cwd=tmp_path)
+    assert done.returncode == 124
+    assert "timed out" in done.stderr and "abandoned" in done.stderr and "Traceback" not in done.stderr

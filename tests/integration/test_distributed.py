@@ -116,6 +116,10 @@ def test_a_busy_machine_is_waited_for_and_says_why(client: Client, cluster: Clus
     events = redis.Redis.from_url(cluster.redis.url).pubsub(ignore_subscribe_messages=True)
     events.subscribe("fluksio:events")
     first = client.submit(flows.hold_gpus, {"pause": 3.0})
+    deadline = time.monotonic() + 20  # the first must hold gpu-a's two GPUs before the second asks
+    while time.monotonic() < deadline and not any(
+            m["name"] == "gpu-a" and m["calls"] for m in client.placement()["machines"]):
+        time.sleep(0.05)
     second = client.submit(flows.hold_gpus, {"pause": 0.1})
     reason = "hold: waiting for a worker labelled 'gpu' with 2 gpu(s) and 1 cpu(s) free"
     deadline = time.monotonic() + 20

@@ -7,7 +7,16 @@ import time
 
 import pytest
 
-from fluksio import Artifact, Client, Flow, Resources, RunRejected, RunStatus, Settings, connect
+from fluksio import (
+    Artifact,
+    Client,
+    Flow,
+    Resources,
+    RunRejected,
+    RunStatus,
+    Settings,
+    connect,
+)
 from fluksio.store.nodes import artifacts_of
 
 pytestmark = pytest.mark.integration

@@ -422,3 +422,67 @@ def test_cancelling_one_run_of_a_sweep_leaves_the_others_running(settings: Setti
         assert sweep.runs[0].status is RunStatus.RUNNING and sweep.runs[2].status is RunStatus.RUNNING
         gate.set()
         assert [r.wait(timeout=10).status for r in (sweep.runs[0], sweep.runs[2])] == [RunStatus.OK] * 2
+
+
+# -- what the review found -------------------------------------------------------------------------
+
+
+def test_cancelling_a_run_whose_nodes_wait_for_resources_clears_the_placer_waiting_list(client: Client) -> None:
+    gate = threading.Event()
+    flow = Flow("crowded", outputs=["a", "b", "c"])
+    for name in ("a", "b", "c"):
+        flow.node(lambda: gate.wait(20), name=f"make_{name}", provides=name, requires=[])
+    run = client.submit(flow)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not client.placement()["waiting"]:
+        time.sleep(0.02)
+    assert [w["run_id"] for w in client.placement()["waiting"]] == [run.id]  # 2 cpus, 3 nodes
+    client.cancel(run.id)
+    assert run.wait(timeout=10).status is RunStatus.CANCELLED
+    assert client.placement()["waiting"] == []
+    gate.set()
+
+
+def test_a_retried_node_leaves_only_its_last_attempts_metric_steps(client: Client) -> None:
+    attempts: list[int] = []
+    flow = Flow("retried_metrics")
+
+    @flow.node(provides="done", streams=["loss"], retries=1)
+    def train(emit):
+        attempts.append(1)
+        steps = 3 if len(attempts) == 1 else 2
+        for step in range(steps):
+            emit("loss", 10.0 * len(attempts) + step)
+        if len(attempts) == 1:
+            raise RuntimeError("first attempt fails after three steps")
+        return True
+
+    record = client.submit(flow).wait(timeout=30)
+    assert record.status is RunStatus.OK
+    assert client.metrics(record.id) == {"loss": [(0, 20.0), (1, 21.0)]}
+
+
+def test_a_written_out_artifact_reference_is_checked_at_submit(client: Client) -> None:
+    flow = Flow("takes_artifact", inputs={"blob": Artifact})
+
+    @flow.node(provides="size")
+    def size(blob):
+        return blob.size
+
+    with pytest.raises(RunRejected, match="parameter 'blob': no run produced an artifact sha256:"):
+        client.submit(flow, {"blob": {"$artifact": {"digest": "sha256:" + "1" * 64, "size": 3}}})
+    with pytest.raises(RunRejected, match="is not an artifact reference"):
+        client.submit(flow, {"blob": {"$artifact": {"size": 3}}})
+    assert client.runs() == []
+
+
+def test_a_sweep_with_one_bad_point_journals_nothing(client: Client) -> None:
+    flow = Flow("strict_sweep", inputs={"lr": float})
+
+    @flow.node(provides="y")
+    def fit(lr):
+        return lr
+
+    with pytest.raises(RunRejected, match="input 'lr' of flow 'strict_sweep' must be float"):
+        client.sweep(flow, grid={"lr": [0.1, "fast"]})
+    assert client.runs() == []

@@ -8,7 +8,13 @@ import pytest
 
 from fluksio.errors import FlowError
 from fluksio.flows.flow import Flow
-from fluksio.flows.validation import INPUT, find_cycle, providers_of, topological_order, validate_graph
+from fluksio.flows.validation import (
+    INPUT,
+    find_cycle,
+    providers_of,
+    topological_order,
+    validate_graph,
+)
 
 
 def test_a_valid_graph_passes_and_maps_providers():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 
-
 from fluksio.placement.placer import Placer, Request, Waiting
 from fluksio.schemas import DevicePolicy, Grant, Inventory, Resources
 

@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from fluksio.errors import ConfigError
-from fluksio.provisioners.config import DEFAULT_PATH, SlurmProfile, load_profiles, profiles_path
+from fluksio.provisioners.config import (
+    DEFAULT_PATH,
+    SlurmProfile,
+    load_profiles,
+    profiles_path,
+)
 from fluksio.schemas import Resources
 
 REPO = Path(__file__).resolve().parents[3]

@@ -8,7 +8,12 @@ import time
 
 import pytest
 
-from fluksio.provisioners import MemoryRequestStore, Poller, RequestState, create_provisioner
+from fluksio.provisioners import (
+    MemoryRequestStore,
+    Poller,
+    RequestState,
+    create_provisioner,
+)
 from fluksio.provisioners.base import ProvisionError
 from fluksio.provisioners.config import SlurmProfile
 from fluksio.provisioners.fake import FakeProvisioner

@@ -15,7 +15,11 @@ from fluksio.provisioners.base import JobState, ProvisionError
 from fluksio.provisioners.config import SlurmProfile
 from fluksio.provisioners.request import RequestState
 from fluksio.provisioners.slurm import CommandResult, SlurmProvisioner, run_command
-from fluksio.provisioners.slurm_script import batch_script, worker_command, worker_environment
+from fluksio.provisioners.slurm_script import (
+    batch_script,
+    worker_command,
+    worker_environment,
+)
 from fluksio.settings import Settings
 
 

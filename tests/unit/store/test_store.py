@@ -95,8 +95,8 @@ def test_a_mistyped_database_url_does_not_leak_its_password():
 
 def test_claim_is_a_compare_and_swap(db):
     run = new_run(db)
-    assert claim(db, run.id, "sha256:code") is True
-    assert claim(db, run.id, "sha256:other") is False
+    assert claim(db, run.id, "sha256:code") == 0  # the epoch of a run never resumed
+    assert claim(db, run.id, "sha256:other") is None
     stored = get_run(db, run.id)
     assert stored.status == "running"
     assert stored.code_digest == "sha256:code"  # the second claimer changed nothing
@@ -104,12 +104,12 @@ def test_claim_is_a_compare_and_swap(db):
 
 
 def test_claim_of_an_unknown_run_is_refused(db):
-    assert claim(db, "01NOSUCHRUN000000000000000", None) is False
+    assert claim(db, "01NOSUCHRUN000000000000000", None) is None
 
 
 def test_transition_table_refuses_ok_to_running(db):
     run = new_run(db)
-    assert claim(db, run.id, None)
+    assert claim(db, run.id, None) == 0
     assert transition(db, run.id, RunStatus.OK) is True
     assert transition(db, run.id, RunStatus.RUNNING) is False
     assert status_of(db, run.id) == "ok"
@@ -170,7 +170,7 @@ def test_request_cancel_on_a_queued_run_cancels_it(db):
     assert stored.status == "cancelled"
     assert stored.status_reason == "user asked"
     assert stored.finished_at is not None
-    assert claim(db, run.id, None) is False  # a driver arriving late never starts it
+    assert claim(db, run.id, None) is None  # a driver arriving late never starts it
 
 
 def test_request_cancel_on_a_running_run_flags_it_for_its_driver(db):
@@ -374,3 +374,45 @@ def test_resume_requeues_a_failed_run_and_records_from_what(db):
     finish(db, run.id, RunStatus.OK, None, {})
     with pytest.raises(RunRejected, match="finished ok"):
         resume(db, run.id)
+
+
+def test_a_driver_that_lost_its_run_to_a_resume_can_no_longer_write_to_it(db):
+    from fluksio.store.runs import abandon_stale, resume, set_reason
+
+    run = new_run(db)
+    old_epoch = claim(db, run.id, None)
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from fluksio.store.models import Run
+    from fluksio.store.runs import utcnow
+
+    with db.write() as session:
+        session.execute(update(Run).where(Run.id == run.id).values(lease_at=utcnow() - timedelta(minutes=5)))
+    assert abandon_stale(db, 60) == [run.id]
+    resume(db, run.id)
+    new_epoch = claim(db, run.id, None)
+    assert (old_epoch, new_epoch) == (0, 1)
+    assert refresh_lease(db, run.id, old_epoch) == (False, False)  # the old driver learns it lost the run
+    set_reason(db, run.id, "stale words", old_epoch)
+    assert finish(db, run.id, RunStatus.ERROR, "the old driver's verdict", None, old_epoch) is False
+    assert get_run(db, run.id).status == "running" and get_run(db, run.id).status_reason is None
+    assert finish(db, run.id, RunStatus.OK, None, {}, new_epoch) is True
+
+
+def test_stale_queued_runs_are_found_once(db):
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from fluksio.store.models import Run
+    from fluksio.store.runs import stale_queued, touch_queued, utcnow
+
+    lost, held, _fresh = new_run(db), new_run(db), new_run(db)  # fresh: just queued
+    with db.write() as session:
+        session.execute(update(Run).where(Run.id.in_([lost.id, held.id]))
+                        .values(created_at=utcnow() - timedelta(minutes=5)))
+    touch_queued(db, held.id)  # a driver waiting for a label holds it
+    assert [run_id for run_id, _flow in stale_queued(db, 60)] == [lost.id]
+    assert stale_queued(db, 60) == []  # handled: a second sweeper does not send it again

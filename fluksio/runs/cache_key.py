@@ -1,0 +1,41 @@
+"""Cache keys: what determines a node call's outputs, as a digest. Pure: no SQL, no Celery.
+
+The key covers the node's identity and declared ports, the digest of the code
+that ran it, and its input values as canonical JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from fluksio.flows.node import NodeSpec
+
+#: Outputs larger than this (as JSON) are not cache entries, in bytes.
+MAX_CACHED_OUTPUT_BYTES = 256 * 1024
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def cache_key(flow: str, node: NodeSpec, code_digest: str | None, inputs: dict[str, Any]) -> str:
+    """The key of one node call. Pure: the same call always gets the same key."""
+    identity = {
+        "flow": flow, "node": node.name, "requires": list(node.requires), "provides": list(node.provides),
+        "streams": list(node.streams), "code": code_digest, "inputs": inputs,
+    }
+    return "sha256:" + hashlib.sha256(canonical(identity).encode()).hexdigest()
+
+
+def cacheable(outputs: dict[str, Any] | None) -> bool:
+    """Whether outputs are small enough to be an entry."""
+    if outputs is None:
+        return False
+    try:
+        return len(canonical(outputs).encode()) <= MAX_CACHED_OUTPUT_BYTES
+    except (TypeError, ValueError):
+        return False
+
+

@@ -172,6 +172,8 @@ class Driver:
         self.errors: dict[str, str] = {}
         self.cancelled = False
         self._reason: str | None = None
+        self._kinds: tuple[str, ...] = ()
+        self._reason_at = 0.0
         self.code_digest = code_digest
         self.use_cache = use_cache
         self.cache_keys: dict[str, str | None] = {}
@@ -368,6 +370,12 @@ class Driver:
                             dispatched=False)
 
     def _say_why(self) -> None:
+        """Keep the run's ``status_reason`` saying what waits and why.
+
+        Written at once when the kinds of wait change; when only who waits changes (a fan-out moving
+        through its queue), at most once per lease interval — a write per dispatched node would cost
+        the driver more than the dispatch.
+        """
         parts = []
         for key, why in self.waiting.items():
             queue = self.queues.get(key)
@@ -377,8 +385,11 @@ class Driver:
         reason = "; ".join(parts) or None
         if reason:
             reason = reason[0].upper() + reason[1:]
-        if reason != self._reason:
-            self._reason = reason
+        kinds = tuple(sorted(why for key, why in self.waiting.items() if self.queues.get(key)))
+        now = time.monotonic()
+        due = kinds != self._kinds or now - self._reason_at >= self.rt.settings.lease_interval_s
+        if reason != self._reason and due:
+            self._reason, self._kinds, self._reason_at = reason, kinds, now
             run_rows.set_reason(self.rt.db, self.run_id, reason, self.epoch)
 
     # -- completions ----------------------------------------------------------------------------

@@ -11,11 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -25,6 +21,8 @@ from fluksio.settings import redact_url
 
 T = TypeVar("T")
 
+#: The newest migration (a test checks it is Alembic's head), so a store already there needs no Alembic.
+HEAD_REVISION = "0002"
 #: Where Alembic finds our migrations (a package resource, so it works when installed).
 MIGRATIONS = "fluksio.store:migrations"
 #: How long SQLite waits for another writer before failing, in milliseconds.
@@ -137,7 +135,11 @@ class Database:
 
     # -- schema -------------------------------------------------------------------------------
 
-    def alembic_config(self) -> Config:
+    def alembic_config(self) -> Any:
+        # Alembic is imported here, not at the top: it costs every command ~80 ms to load, and a store
+        # already at the newest revision never needs it (see current_revision).
+        from alembic.config import Config
+
         config = Config()
         config.set_main_option("script_location", MIGRATIONS)
         config.set_main_option("sqlalchemy.url", self.url.render_as_string(hide_password=False).replace("%", "%%"))
@@ -145,17 +147,23 @@ class Database:
 
     def current_revision(self) -> str | None:
         with self.engine.connect() as connection:
-            return MigrationContext.configure(connection).get_current_revision()
+            if not inspect(connection).has_table("alembic_version"):
+                return None
+            return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
     def head_revision(self) -> str | None:
+        from alembic.script import ScriptDirectory
+
         return ScriptDirectory.from_config(self.alembic_config()).get_current_head()
 
     def upgrade(self) -> None:
         """Bring the schema to the newest migration (a no-op when it is there already)."""
         with _upgrade_lock:
-            head = self.head_revision()
+            head = HEAD_REVISION
             if self.current_revision() == head:
                 return
+            from alembic import command
+
             config = self.alembic_config()
             try:
                 with self.write_engine.connect() as connection:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -11,34 +13,31 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from fluksio.store.db import Database, retried
 from fluksio.store.models import RunMetric
 
-#: Rows per INSERT statement; SQLite allows 32,766 bound parameters and each row binds 4.
-ROWS_PER_STATEMENT = 2_000
 
 
 @retried
 def upsert_metrics(db: Database, rows: Sequence[tuple[str, str, int, float]]) -> int:
     """Write ``(run_id, name, step, value)`` rows; a repeated key keeps the newest value.
 
-    Returns the number of statements issued.
+    One statement, executed for many rows at once: SQLAlchemy compiles it once and caches it (a
+    fresh multi-VALUES statement per batch spent most of the time compiling). Returns the number of
+    statements issued.
     """
     if not rows:
         return 0
-    insert = sqlite_insert if db.is_sqlite else pg_insert
-    statements = 0
+    # The same key twice in one batch is an error on PostgreSQL's ON CONFLICT: keep the last.
+    latest = {(r, n, s): v for r, n, s, v in rows}
     with db.write() as session:
-        for start in range(0, len(rows), ROWS_PER_STATEMENT):
-            chunk = rows[start:start + ROWS_PER_STATEMENT]
-            # The same key twice in one statement is an error on PostgreSQL: keep the last.
-            latest = {(r, n, s): v for r, n, s, v in chunk}
-            statement = insert(RunMetric).values(
-                [{"run_id": r, "name": n, "step": s, "value": v} for (r, n, s), v in latest.items()]
-            )
-            statement = statement.on_conflict_do_update(
-                index_elements=["run_id", "name", "step"], set_={"value": statement.excluded.value}
-            )
-            session.execute(statement)
-            statements += 1
-    return statements
+        session.execute(_upsert_statement(db.is_sqlite),
+                        [{"run_id": r, "name": n, "step": s, "value": v} for (r, n, s), v in latest.items()])
+    return 1
+
+
+@functools.cache
+def _upsert_statement(sqlite: bool) -> Any:
+    statement = (sqlite_insert if sqlite else pg_insert)(RunMetric)
+    return statement.on_conflict_do_update(index_elements=["run_id", "name", "step"],
+                                           set_={"value": statement.excluded.value})
 
 
 @retried

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -13,7 +12,7 @@ from fluksio.errors import ConfigError, RunNotFound
 from fluksio.schemas import RunStatus
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
-from fluksio.store.metrics import ROWS_PER_STATEMENT, read_metrics, upsert_metrics
+from fluksio.store.metrics import read_metrics, upsert_metrics
 from fluksio.store.models import Base, Run
 from fluksio.store.runs import (
     claim,
@@ -306,22 +305,22 @@ def test_upsert_metrics_keeps_the_last_value_per_key(db):
     assert read_metrics(db, run.id) == {"acc": [(0, 0.7)], "loss": [(0, 0.9), (1, 0.4)]}
 
 
-def test_upsert_metrics_keeps_the_last_value_across_statement_chunks(db):
+def test_upsert_metrics_keeps_the_last_value_in_a_large_batch(db):
     run = new_run(db)
-    rows = [(run.id, "loss", step, float(step)) for step in range(ROWS_PER_STATEMENT)]
-    rows.append((run.id, "loss", 0, -1.0))  # lands in the second statement
+    rows = [(run.id, "loss", step, float(step)) for step in range(2_500)]
+    rows.append((run.id, "loss", 0, -1.0))  # the same key again, last in the batch
     upsert_metrics(db, rows)
     series = read_metrics(db, run.id)["loss"]
     assert series[0] == (0, -1.0)
-    assert len(series) == ROWS_PER_STATEMENT
+    assert len(series) == 2_500
 
 
 @pytest.mark.parametrize("count", [1, 1999, 2000, 2001, 4500])
-def test_upsert_metrics_issues_one_statement_per_2000_rows(db, statements, count):
+def test_upsert_metrics_is_one_statement_executed_for_many_rows(db, statements, count):
     run = new_run(db)
     rows = [(run.id, "loss", step, step / 10) for step in range(count)]
     issued = upsert_metrics(db, rows)
-    assert issued == math.ceil(count / 2000) == len(statements)
+    assert issued == 1 == len(statements)  # one executemany, not a statement per row
     series = read_metrics(db, run.id)["loss"]
     assert len(series) == count
     assert series[-1] == (count - 1, (count - 1) / 10)
@@ -416,3 +415,9 @@ def test_stale_queued_runs_are_found_once(db):
     touch_queued(db, held.id)  # a driver waiting for a label holds it
     assert [run_id for run_id, _flow in stale_queued(db, 60)] == [lost.id]
     assert stale_queued(db, 60) == []  # handled: a second sweeper does not send it again
+
+
+def test_the_head_revision_constant_is_alembics_head(db):
+    from fluksio.store.db import HEAD_REVISION
+
+    assert db.head_revision() == HEAD_REVISION == db.current_revision()

@@ -1,0 +1,1 @@
+"""Reproducible benchmarks of fluksio against raw Celery and peers; see BENCHMARKS.md."""

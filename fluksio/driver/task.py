@@ -20,8 +20,11 @@ def register_drive_task(app: Celery, interrupt_local: Callable[[str], object] | 
         runtime = self.app.fluksio_runtime
 
         def dispatch(call: dict[str, Any], queue: str, display: str) -> None:
+            # What logs, events and Flower show of the call: who it is, not its inputs (Celery would
+            # otherwise repr the whole call, inputs and all, for every message it sends).
+            shown = {key: call[key] for key in ("call_id", "run_id", "node", "attempt")}
             self.app.send_task(CALL_TASK, kwargs={"call": call}, queue=queue, task_id=call["call_id"],
-                               shadow=display)
+                               shadow=display, argsrepr="()", kwargsrepr=repr({"call": shown}))
 
         def revoke(call_id: str) -> None:
             if interrupt_local is not None:

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from celery import Celery
 
-from fluksio.errors import BrokerUnavailable, ConfigError, RunRejected
+from fluksio.errors import BrokerUnavailable, RunRejected
 from fluksio.flows.flow import Flow
 from fluksio.runs.inbox import CANCEL
 from fluksio.runs.metrics import series_of
 from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import submit_run, validate_params
 from fluksio.schemas import RunRecord, RunStatus
-from fluksio.settings import Settings, load_settings, redact_url
+from fluksio.settings import Settings, load_settings, redact_url, require_redis_broker
 from fluksio.store import runs as run_rows
 from fluksio.store.ids import new_run_id
 from fluksio.worker.app import create_app, send_drive, start_sweeper
@@ -87,9 +87,7 @@ class Client:
             self.app: Celery = self._workers.app
             self._sweeper = start_sweeper(self.app, self.runtime)
         else:
-            if not settings.broker_url.startswith(("redis://", "rediss://")):
-                raise ConfigError(f"FLUKSIO_BROKER_URL={redact_url(settings.broker_url)}: only redis:// and "
-                                  "rediss:// brokers are supported (the placer's books live in the same Redis)")
+            require_redis_broker(settings)
             self.runtime = Runtime.distributed(settings)
             self.app = create_app(settings, self.runtime)
         self._closed = False

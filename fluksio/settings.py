@@ -134,6 +134,13 @@ def _complain_about_unknown_env() -> None:
         )
 
 
+def require_redis_broker(settings: Settings) -> None:
+    """The distributed mode keeps the placer's books in the broker's Redis: no other broker will do."""
+    if not settings.broker_url.startswith(("redis://", "rediss://")):
+        raise ConfigError(f"FLUKSIO_BROKER_URL={redact_url(settings.broker_url)}: only redis:// and rediss:// "
+                          "brokers are supported (the placer's books live in the same Redis)")
+
+
 def redact_url(url: str) -> str:
     """The URL with any password replaced by ``***``, safe for logs, tables and error messages.
 

@@ -361,13 +361,8 @@ class Driver:
         except Exception as exc:
             del self.in_flight[call_id]
             self.rt.ledger.settle(call_id)
-            self.rt.placer.release(grant)
-            now = run_rows.utcnow().isoformat()
-            self._completed({"kind": DONE, "call_id": call_id, "node": node, "attempt": call["attempt"],
-                             "status": "error", "machine": grant.machine, "gpus": list(grant.gpus),
-                             "started_at": now, "finished_at": now,
-                             "error": f"could not send the call to the broker: {type(exc).__name__}: {exc}"},
-                            dispatched=False)
+            self._settle_failed(call_id, node, grant, started=True, dispatched=False,
+                                error=f"could not send the call to the broker: {type(exc).__name__}: {exc}")
 
     def _say_why(self) -> None:
         """Keep the run's ``status_reason`` saying what waits and why.
@@ -445,13 +440,19 @@ class Driver:
             if not self.rt.placer.lost(grant):
                 continue
             log.warning("run %s: machine %s was lost while running %s", self.run_id, grant.machine, node)
-            self.rt.placer.release(grant)
-            now = run_rows.utcnow().isoformat()
-            self._completed({"kind": DONE, "call_id": call_id, "node": node,
-                             "attempt": self.attempts.get(node, 1), "status": "error", "machine": grant.machine,
-                             "gpus": list(grant.gpus), "started_at": None, "finished_at": now,
-                             "error": f"machine {grant.machine} was lost while running the call (its heartbeat "
-                                      f"is gone from {redact_url(self.rt.settings.broker_url)})"})
+            self._settle_failed(call_id, node, grant, started=False, dispatched=True,
+                                error=f"machine {grant.machine} was lost while running the call (its heartbeat "
+                                      f"is gone from {redact_url(self.rt.settings.broker_url)})")
+
+    def _settle_failed(self, call_id: str, node: str, grant: Grant, *, started: bool, dispatched: bool,
+                       error: str) -> None:
+        """End a call that will never report (it was never sent, or its machine died) as an error."""
+        self.rt.placer.release(grant)
+        now = run_rows.utcnow().isoformat()
+        self._completed({"kind": DONE, "call_id": call_id, "node": node, "attempt": self.attempts.get(node, 1),
+                         "status": "error", "machine": grant.machine, "gpus": list(grant.gpus),
+                         "started_at": now if started else None, "finished_at": now, "error": error},
+                        dispatched=dispatched)
 
     def _record_bare(self, nodes: list[str], status: NodeStatus, error: str | None,
                      grant: Grant | None = None) -> None:

@@ -14,7 +14,6 @@ from fluksio.store.db import Database, retried
 from fluksio.store.models import RunMetric
 
 
-
 @retried
 def upsert_metrics(db: Database, rows: Sequence[tuple[str, str, int, float]]) -> int:
     """Write ``(run_id, name, step, value)`` rows; a repeated key keeps the newest value.

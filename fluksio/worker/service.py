@@ -22,7 +22,7 @@ from fluksio.placement.redis import RedisBooks
 from fluksio.provisioners import Poller
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import Inventory
-from fluksio.settings import Settings, redact_url
+from fluksio.settings import Settings, require_redis_broker
 from fluksio.worker.app import create_app, start_sweeper
 from fluksio.worker.embedded import node_queues
 from fluksio.worker.heartbeat import Heartbeat
@@ -36,9 +36,7 @@ def require_distributed(settings: Settings) -> None:
             "fluksio worker needs a shared broker: set FLUKSIO_BROKER_URL (e.g. redis://127.0.0.1:6379/0) "
             "and a run store every host can reach (FLUKSIO_DATABASE_URL)"
         )
-    if not settings.broker_url.startswith(("redis://", "rediss://")):
-        raise ConfigError(f"FLUKSIO_BROKER_URL={redact_url(settings.broker_url)}: only redis:// and rediss:// "
-                          "brokers are supported (the placer's books live in the same Redis)")
+    require_redis_broker(settings)
 
 
 def _fresh_connections_after_fork(runtime: Runtime) -> None:

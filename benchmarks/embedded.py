@@ -86,10 +86,9 @@ def child_fluksio(length: int, width: int, repeat: int, cpus: int,
 def child_celery(length: int, width: int, repeat: int, cpus: int) -> dict[str, list[float]]:
     from celery import chain, group
     from celery.worker import WorkController
+    from kombu.transport import memory
 
     from benchmarks.raw_celery import make_app
-
-    from kombu.transport import memory
 
     class QuickDrainTransport(memory.Transport):
         def drain_events(self, connection: object, timeout: float | None = None) -> object:

@@ -111,7 +111,8 @@ def profile_redis_chain(seconds: float, out: Path) -> Path:
                 spy.kill()
                 spy.wait(10)
         if spy.returncode != 0:
-            raise RuntimeError(f"py-spy failed: {spy.stderr.read().decode(errors='replace')[-800:] if spy.stderr else ''}")
+            said = spy.stderr.read().decode(errors="replace")[-800:] if spy.stderr else ""
+            raise RuntimeError(f"py-spy failed: {said}")
         print(f"  {runs} run(s) of bench_chain_200 while sampling", file=sys.stderr)
     return target
 

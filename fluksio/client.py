@@ -109,7 +109,8 @@ class Client:
         """Validate and journal a run, then hand it to a driver. Bad input raises :class:`RunRejected`."""
         self._check_open()
         run, created = submit_run(
-            self.runtime.db, self.runtime.registry, self.runtime.artifacts, flow, engine=self.settings.engine, params=params, seed=seed,
+            self.runtime.db, self.runtime.registry, self.runtime.artifacts, flow, engine=self.settings.engine,
+            params=params, seed=seed,
             group=group, no_cache=no_cache, idempotency_key=idempotency_key,
             embedded_machines=self.runtime.placer.machines() if self.settings.embedded else None,
         )

@@ -78,7 +78,8 @@ class Artifact:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 hasher.update(chunk)
         name = name or path.name
-        return cls("sha256:" + hasher.hexdigest(), path.stat().st_size, media_type or _guess_type(name), name, source=path)
+        return cls("sha256:" + hasher.hexdigest(), path.stat().st_size, media_type or _guess_type(name), name,
+                   source=path)
 
     def read_bytes(self) -> bytes:
         if self._data is not None:

@@ -24,7 +24,8 @@ MAX_NAME_LENGTH = 200
 def check_identifier(kind: str, value: Any, where: str) -> str:
     if (not isinstance(value, str) or not value.isidentifier() or keyword.iskeyword(value)
             or len(value) > MAX_NAME_LENGTH):
-        raise FlowError(f"{kind} {value!r} in {where} is not a valid name; use a Python identifier of at most {MAX_NAME_LENGTH} characters such as 'loss'")
+        raise FlowError(f"{kind} {value!r} in {where} is not a valid name; use a Python identifier of at most "
+                        f"{MAX_NAME_LENGTH} characters such as 'loss'")
     return value
 
 
@@ -103,7 +104,8 @@ def make_node(
                 "without a default; give one message per parameter, in order"
             )
     if stream_names and not takes_emit:
-        raise FlowError(f"{where} streams {', '.join(stream_names)} but its function has no '{EMIT_PARAMETER}' parameter")
+        raise FlowError(f"{where} streams {', '.join(stream_names)} but its function has no "
+                        f"'{EMIT_PARAMETER}' parameter")
 
     try:
         policy = DevicePolicy(device_policy)
@@ -120,7 +122,8 @@ def make_node(
         raise FlowError(f"{where}: resources must ask for at least 1 cpu, got {res.cpus}")
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise FlowError(f"{where}: retries must be a whole number ≥ 0, got {retries!r}")
-    if timeout_s is not None and (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool) or timeout_s <= 0):
+    if timeout_s is not None and (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
+                                  or timeout_s <= 0):
         raise FlowError(f"{where}: timeout_s must be a positive number of seconds, got {timeout_s!r}")
 
     return NodeSpec(

@@ -137,7 +137,8 @@ class EmbeddedWorkers:
     def _start(self, role: str, queues: list[str], concurrency: int, overrides: dict) -> None:
         app: Celery = create_app(self.runtime.settings, self.runtime, **overrides)
         controller = WorkController(
-            app=app, hostname=f"{role}@{self.runtime.machine}", pool_cls=thread_pool_for(app, role), concurrency=concurrency,
+            app=app, hostname=f"{role}@{self.runtime.machine}", pool_cls=thread_pool_for(app, role),
+            concurrency=concurrency,
             queues=queues, without_heartbeat=True, without_mingle=True, without_gossip=True,
             loglevel="WARNING",
         )

@@ -34,7 +34,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with running_cluster(tmp_path_factory.mktemp("watch"), {"cpu-a": ("--cpus", "2", "--gpus", "none", "--drivers")}) as setup:
+    machines = {"cpu-a": ("--cpus", "2", "--gpus", "none", "--drivers")}
+    with running_cluster(tmp_path_factory.mktemp("watch"), machines) as setup:
         yield setup
 
 

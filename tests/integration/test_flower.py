@@ -114,7 +114,8 @@ class FlowerProcess:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     need_module("flower", "pip install 'fluksio[flower]'")
-    with running_cluster(tmp_path_factory.mktemp("flower"), {"cpu-a": ("--cpus", "2", "--gpus", "none", "--drivers")}) as setup:
+    machines = {"cpu-a": ("--cpus", "2", "--gpus", "none", "--drivers")}
+    with running_cluster(tmp_path_factory.mktemp("flower"), machines) as setup:
         yield setup
 
 

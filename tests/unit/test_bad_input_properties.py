@@ -54,7 +54,8 @@ def store() -> tuple[Database, FlowRegistry, LocalArtifactStore, Flow]:
 
 @PROPERTY
 @given(params=st.dictionaries(st.sampled_from(["lr", "epochs", "name", "seed", "blob", "bogus", ""]) | st.text(),
-                              json_values | st.sampled_from(["@run:01ABC.out", "sha256:" + "a" * 64, "@run:", "sha256:x"]),
+                              json_values | st.sampled_from(["@run:01ABC.out", "sha256:" + "a" * 64, "@run:",
+                                                             "sha256:x"]),
                               max_size=5),
        seed=st.none() | st.integers() | st.booleans(), key=st.none() | st.text(max_size=210))
 def test_submit_gives_a_run_or_a_readable_rejection_and_never_half_a_row(store, compass: Compass, params, seed,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext

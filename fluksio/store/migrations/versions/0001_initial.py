@@ -1,7 +1,7 @@
 """Initial schema: runs, their node rows, metric series and artifacts.
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-11-30
 """
 

@@ -31,7 +31,7 @@ from fluksio.schemas import DevicePolicy, Grant, NodeStatus, Resources, RunStatu
 from fluksio.settings import redact_url
 from fluksio.store import runs as run_rows
 from fluksio.store.models import RunArtifact, RunNode
-from fluksio.store.nodes import record_node, record_nodes
+from fluksio.store.nodes import record_nodes
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 Dispatch = Callable[[dict[str, Any], str, str], None]
 #: ``revoke(call_id)`` kills a dispatched call (or stops it from starting).
 Revoke = Callable[[str], None]
+#: Most completions a driver takes from its inbox in one go (and writes in one transaction).
+DRAIN_LIMIT = 500
 
 
 def queue_for(grant: Grant) -> str:
@@ -180,6 +182,9 @@ class Driver:
         #: Per node, the attempt number this drive started from (a resumed run continues the count).
         self.first_attempt: dict[str, int] = {}
         self.lost_run = False
+        #: Rows of nodes that finished (or were restored from the cache) since the last write, with their
+        #: artifacts and the ``node_finished`` events to publish once they are written.
+        self._unwritten: list[tuple[RunNode, list[RunArtifact], dict[str, Any] | None]] = []
         #: This process is shutting down: the run was left for another driver.
         self.handed_over = False
         self._restore_earlier_rows()
@@ -210,6 +215,7 @@ class Driver:
         self.rt.driving.add(self.run_id)
         try:
             self._loop()
+            self._write_rows()
             if self.handed_over:
                 self._stop_calls()
                 run_rows.finish(self.rt.db, self.run_id, RunStatus.ABANDONED,
@@ -235,6 +241,7 @@ class Driver:
         next_lease = time.monotonic() + settings.lease_interval_s
         next_check = time.monotonic() + settings.heartbeat_interval_s
         while True:
+            self._write_rows()  # what finished is journaled before anything is sent on from it
             if self.rt.stopping.is_set() and not self.cancelled:
                 self.handed_over = True
                 return
@@ -262,10 +269,16 @@ class Driver:
                     continue
             if message is None:
                 continue
-            if message["kind"] == DONE:
-                self._completed(message)
-            elif message["kind"] == CANCEL:
-                self._cancel()
+            messages = [message]
+            if message["kind"] == DONE and len(self.in_flight) > 1:
+                # Other calls may have finished meanwhile (a fan-out): take them now, write them together.
+                # (With one call in flight, as in a chain, there is nothing else to take: no round trip.)
+                messages += self.rt.inbox.drain(self.run_id, DRAIN_LIMIT)
+            for message in messages:
+                if message["kind"] == DONE:
+                    self._completed(message)
+                elif message["kind"] == CANCEL:
+                    self._cancel()
 
     def _call_id(self, node: str) -> str:
         # A resumed run's calls are named apart from the calls of the drive that went before it.
@@ -281,6 +294,7 @@ class Driver:
                     self.queues.setdefault(key, deque()).append(node)
                     if key in self.waiting:  # joins a queue that waits: it waits for the same reason
                         self._announce(node, self.waiting[key])
+        self._write_rows()  # rows restored from the cache, in one transaction
         for key, queue in self.queues.items():
             while queue and self._place(queue[0], key):
                 queue.popleft()
@@ -306,12 +320,10 @@ class Driver:
         if hit is None:
             return False
         now = run_rows.utcnow()
-        record_node(self.rt.db, RunNode(
+        self._unwritten.append((RunNode(
             run_id=self.run_id, node=node, attempt=1, status=NodeStatus.CACHED.value, started_at=now,
             finished_at=now, duration_ms=0, cache_key=key, outputs=hit.outputs, cached_from=hit.run_id,
-        ))
-        self.rt.events.publish("node_finished", run_id=self.run_id, node=node, status=NodeStatus.CACHED.value,
-                               cached_from=hit.run_id)
+        ), [], {"node": node, "status": NodeStatus.CACHED.value, "cached_from": hit.run_id}))
         self.walk.start(node)
         self.walk.complete(node, hit.outputs)
         return True
@@ -420,9 +432,8 @@ class Driver:
                         media_type=a.get("media_type") or "application/octet-stream", name=a.get("name"))
             for a in (message.get("artifacts") or [])
         ] if ok else []
-        record_node(self.rt.db, row, artifacts)
-        self.rt.events.publish("node_finished", run_id=self.run_id, node=node, status=row.status,
-                               machine=row.machine, attempt=row.attempt, error=row.error)
+        self._unwritten.append((row, artifacts, {"node": node, "status": row.status, "machine": row.machine,
+                                                 "attempt": row.attempt, "error": row.error}))
         if ok:
             self.walk.complete(node, message.get("outputs") or {})
             return
@@ -433,6 +444,18 @@ class Driver:
             self.walk.retry(node)
             return
         self._record_bare(self.walk.fail(node), NodeStatus.SKIPPED, f"skipped: upstream node {node!r} failed")
+
+    def _write_rows(self) -> None:
+        """Journal the rows collected since the last write in one transaction, then announce them."""
+        if not self._unwritten:
+            return
+        unwritten = self._unwritten
+        record_nodes(self.rt.db, [row for row, _, _ in unwritten],
+                     [artifact for _, artifacts, _ in unwritten for artifact in artifacts])
+        self._unwritten = []
+        for _, _, event in unwritten:
+            if event is not None:
+                self.rt.events.publish("node_finished", run_id=self.run_id, **event)
 
     def _check_machines(self) -> None:
         """A call whose machine died (or restarted) will never report: settle it as lost."""
@@ -456,15 +479,13 @@ class Driver:
 
     def _record_bare(self, nodes: list[str], status: NodeStatus, error: str | None,
                      grant: Grant | None = None) -> None:
-        """Rows for nodes that never ran (or were killed), in one transaction."""
-        if not nodes:
-            return
+        """Rows for nodes that never ran (or were killed); written with the next batch of rows."""
         now = run_rows.utcnow()
-        record_nodes(self.rt.db, [RunNode(
+        self._unwritten.extend((RunNode(
             run_id=self.run_id, node=node, attempt=self.attempts.get(node, 1), status=status.value,
             machine=grant.machine if grant else None, gpus=list(grant.gpus) if grant else [],
             finished_at=now, error=error,
-        ) for node in nodes])
+        ), [], None) for node in nodes)
 
     # -- endings --------------------------------------------------------------------------------
 
@@ -525,6 +546,10 @@ class Driver:
 
     def _abort(self, reason: str) -> None:
         self._stop_calls()
+        try:  # rows of nodes that finished before the failure are worth keeping, if the store takes them
+            self._write_rows()
+        except Exception:
+            log.exception("could not record the finished nodes of run %s", self.run_id)
         try:
             run_rows.finish(self.rt.db, self.run_id, RunStatus.ERROR, reason, None, self.epoch)
         except Exception:

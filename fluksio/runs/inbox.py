@@ -28,6 +28,13 @@ class Inbox(ABC):
         """The next message for the run, waiting up to ``timeout`` seconds; ``None`` when none came."""
 
     @abstractmethod
+    def drain(self, run_id: str, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` messages already waiting for the run, oldest first, without waiting for more.
+
+        A driver that took one completion takes the others that came meanwhile, and handles them in one go.
+        """
+
+    @abstractmethod
     def close(self, run_id: str) -> None:
         """Drop the run's inbox once its driver is done with it."""
 
@@ -57,6 +64,16 @@ class MemoryInbox(Inbox):
             return self._queue(run_id).get(timeout=timeout)
         except queue.Empty:
             return None
+
+    def drain(self, run_id: str, limit: int) -> list[dict[str, Any]]:
+        found = self._queue(run_id)
+        taken: list[dict[str, Any]] = []
+        while len(taken) < limit:
+            try:
+                taken.append(found.get_nowait())
+            except queue.Empty:
+                break
+        return taken
 
     def close(self, run_id: str) -> None:
         with self._lock:
@@ -88,6 +105,11 @@ class RedisInbox(Inbox):
             reply = self.redis.blpop([key], timeout=max(timeout, 0.001))
             raw = reply[1] if reply else None
         return json.loads(raw) if raw is not None else None
+
+    def drain(self, run_id: str, limit: int) -> list[dict[str, Any]]:
+        # LPOP with a count (Redis ≥ 6.2): every waiting message in one round trip.
+        raw = self.redis.lpop(INBOX_KEY + run_id, limit)
+        return [json.loads(item) for item in raw or ()]
 
     def close(self, run_id: str) -> None:
         self.redis.delete(INBOX_KEY + run_id)

@@ -26,8 +26,8 @@ def upsert_metrics(db: Database, rows: Sequence[tuple[str, str, int, float]]) ->
         return 0
     # The same key twice in one batch is an error on PostgreSQL's ON CONFLICT: keep the last.
     latest = {(r, n, s): v for r, n, s, v in rows}
-    with db.write() as session:
-        session.execute(_upsert_statement(db.is_sqlite),
+    with db.write_connection() as connection:
+        connection.execute(_upsert_statement(db.is_sqlite),
                         [{"run_id": r, "name": n, "step": s, "value": v} for (r, n, s), v in latest.items()])
     return 1
 

@@ -12,12 +12,14 @@ from fluksio.schemas import RunStatus
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
 from fluksio.store.metrics import read_metrics, upsert_metrics
-from fluksio.store.models import Base, Run
+from fluksio.store.models import Base, Run, RunArtifact, RunNode
+from fluksio.store.nodes import artifact_values, artifacts_of, node_values, record_nodes
 from fluksio.store.runs import (
     claim,
     finish,
     get_run,
     insert_run,
+    node_rows,
     refresh_lease,
     request_cancel,
     transition,
@@ -420,3 +422,75 @@ def test_the_head_revision_constant_is_alembics_head(db):
     from fluksio.store.db import HEAD_REVISION
 
     assert db.head_revision() == HEAD_REVISION == db.current_revision()
+
+
+# -- node rows ---------------------------------------------------------------------------------------
+
+
+def node_row(run_id: str, node: str, attempt: int = 1, **values) -> RunNode:
+    return RunNode(run_id=run_id, node=node, attempt=attempt, status=values.pop("status", "ok"), **values)
+
+
+@pytest.fixture
+def commits(db):
+    """Every transaction the write engine commits."""
+    seen: list[object] = []
+
+    def committed(connection):
+        seen.append(connection)
+
+    event.listen(db.write_engine, "commit", committed)
+    yield seen
+    event.remove(db.write_engine, "commit", committed)
+
+
+def test_record_nodes_writes_rows_and_artifacts_in_one_transaction(db, commits):
+    run = new_run(db)
+    commits.clear()
+    record_nodes(db, [node_row(run.id, f"n{i}", outputs={"m": i}) for i in range(50)],
+                 [RunArtifact(run_id=run.id, node="n3", message="m", digest="sha256:" + "a" * 64, size=3,
+                              media_type="application/octet-stream", name="m.bin")])
+    assert len(commits) == 1
+    rows = node_rows(db, run.id)
+    assert sorted(r.node for r in rows) == sorted(f"n{i}" for i in range(50))
+    assert {r.node: r.outputs for r in rows}["n7"] == {"m": 7}
+    assert [(a.node, a.name, a.size) for a in artifacts_of(db, run.id)] == [("n3", "m.bin", 3)]
+
+
+def test_record_nodes_fills_in_the_model_defaults(db):
+    run = new_run(db)
+    record_nodes(db, [RunNode(run_id=run.id, node="n", status="cached")])  # no attempt, no gpus
+    (row,) = node_rows(db, run.id)
+    assert (row.attempt, row.gpus) == (1, [])
+
+
+def test_node_values_names_every_column_but_the_id():
+    # A column added to the model but not here would silently never be written.
+    columns = {c.key for c in RunNode.__table__.columns if not c.primary_key}
+    assert set(node_values(RunNode(run_id="r", node="n", status="ok"))) == columns
+    artifact_columns = {c.key for c in RunArtifact.__table__.columns if not c.primary_key}
+    assert set(artifact_values(RunArtifact(run_id="r", node="n", message="m", digest="d", size=1,
+                                           media_type="t"))) == artifact_columns
+
+
+def test_a_retried_node_write_whose_commit_went_through_keeps_the_first_row(db):
+    # The answer to a COMMIT can be lost in an outage: @retried then writes the same rows again,
+    # and that must neither fail (it would abort the run) nor duplicate them.
+    run = new_run(db)
+    record_nodes(db, [node_row(run.id, "a", outputs={"x": 1}), node_row(run.id, "b")])
+    record_nodes(db, [node_row(run.id, "a", outputs={"x": 2}), node_row(run.id, "b")])
+    rows = node_rows(db, run.id)
+    assert sorted((r.node, r.attempt) for r in rows) == [("a", 1), ("b", 1)]
+    assert {r.node: r.outputs for r in rows}["a"] == {"x": 1}
+
+
+def test_another_attempt_of_a_node_is_a_row_of_its_own(db):
+    run = new_run(db)
+    record_nodes(db, [node_row(run.id, "a", status="error", error="boom")])
+    record_nodes(db, [node_row(run.id, "a", attempt=2)])
+    assert sorted((r.attempt, r.status) for r in node_rows(db, run.id)) == [(1, "error"), (2, "ok")]
+
+
+def test_record_nodes_of_nothing_opens_no_transaction(db, commits):
+    record_nodes(db, [])
+    assert commits == []

@@ -1,0 +1,127 @@
+"""The driver journals completions in batches: a fan-out's finished calls cost one transaction.
+
+These drive real runs through ``drive()`` on a SQLite store, with an instant worker in
+place of Celery (each dispatched call is answered at once), so what is counted is the
+driver's own writes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from fluksio import Flow, Settings
+from fluksio.driver.drive import drive
+from fluksio.runs.inbox import DONE
+from fluksio.runs.runtime import Runtime
+from fluksio.runs.submit import submit_run
+from fluksio.schemas import Grant
+from fluksio.store.runs import get_run, node_rows
+
+
+@pytest.fixture
+def runtime(tmp_path):
+    settings = Settings(broker_url="memory://", database_url=f"sqlite:///{tmp_path / 'runs.db'}",
+                        artifacts_dir=tmp_path / "artifacts", cpus=500)
+    built = Runtime.embedded(settings)
+    yield built
+    built.close()
+
+
+@pytest.fixture
+def node_inserts(runtime):
+    """Each statement that writes node rows (one executemany counts once), with its number of rows."""
+    seen: list[int] = []
+
+    def before(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("INSERT INTO RUN_NODES"):
+            seen.append(len(parameters) if executemany else 1)
+
+    event.listen(runtime.db.write_engine, "before_cursor_execute", before)
+    yield seen
+    event.remove(runtime.db.write_engine, "before_cursor_execute", before)
+
+
+def drive_instantly(runtime: Runtime, flow: Flow, failing: frozenset[str] = frozenset()) -> str:
+    run, _ = submit_run(runtime.db, runtime.registry, runtime.artifacts, flow, engine="embedded", params={},
+                        no_cache=True, embedded_machines=runtime.placer.machines())
+
+    def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
+        grant = Grant.model_validate(call["grant"])
+        runtime.placer.release(grant)
+        now = datetime.now(timezone.utc).isoformat()
+        ok = call["node"] not in failing
+        runtime.inbox.push(call["run_id"], {
+            "kind": DONE, "call_id": call["call_id"], "node": call["node"], "attempt": call["attempt"],
+            "status": "ok" if ok else "error", "error": None if ok else "ValueError: no",
+            "machine": grant.machine, "gpus": [], "started_at": now, "finished_at": now,
+            "outputs": {m: 0 for m in flow.nodes[call["node"]].provides} if ok else None,
+            "artifacts": [], "logs": "",
+        })
+
+    drive(runtime, run.id, dispatch, lambda _call_id: None)
+    return run.id
+
+
+def hop(previous: int | None = None) -> int:
+    return 0
+
+
+def fanout(width: int) -> Flow:
+    flow = Flow(f"fanout_{width}", outputs=["m0"])
+    for i in range(width):
+        flow.node(hop, name=f"n{i}", provides=f"m{i}", requires=[])
+    return flow
+
+
+def chain(length: int) -> Flow:
+    flow = Flow(f"chain_{length}", outputs=[f"m{length - 1}"])
+    for i in range(length):
+        flow.node(hop, name=f"n{i}", provides=f"m{i}", requires=[f"m{i - 1}"] if i else [])
+    return flow
+
+
+def test_a_fanout_that_finishes_at_once_is_journaled_in_one_statement(runtime, node_inserts):
+    run_id = drive_instantly(runtime, fanout(100))
+    assert get_run(runtime.db, run_id).status == "ok"
+    assert len(node_rows(runtime.db, run_id)) == 100
+    # Every call was sent before the first completion was read: the driver took them all in one go.
+    assert node_inserts == [100]
+
+
+def test_a_chain_writes_each_row_before_sending_the_next_node(runtime, node_inserts):
+    run_id = drive_instantly(runtime, chain(5))
+    assert get_run(runtime.db, run_id).status == "ok"
+    assert node_inserts == [1, 1, 1, 1, 1]
+    assert sorted(r.node for r in node_rows(runtime.db, run_id)) == [f"n{i}" for i in range(5)]
+
+
+def test_node_finished_is_announced_only_once_its_row_is_there(runtime):
+    seen_rows: dict[str, bool] = {}
+
+    def on_event(evt: dict[str, Any]) -> None:
+        if evt["event"] == "node_finished":
+            seen_rows[evt["node"]] = any(r.node == evt["node"] for r in node_rows(runtime.db, evt["run_id"]))
+
+    unsubscribe = runtime.events.subscribe(on_event)
+    try:
+        drive_instantly(runtime, fanout(20))
+    finally:
+        unsubscribe()
+    assert len(seen_rows) == 20
+    assert all(seen_rows.values())
+
+
+def test_a_failure_in_a_batch_skips_its_dependents_and_keeps_the_other_rows(runtime):
+    flow = Flow("mixed", outputs=["a"])
+    flow.node(hop, name="a", provides="a", requires=[])
+    flow.node(hop, name="b", provides="b", requires=[])
+    flow.node(hop, name="c", provides="c", requires=["b"])
+    run_id = drive_instantly(runtime, flow, failing=frozenset({"b"}))
+    run = get_run(runtime.db, run_id)
+    assert run.status == "error"
+    assert "b" in run.status_reason
+    assert {r.node: r.status for r in node_rows(runtime.db, run_id)} == {"a": "ok", "b": "error", "c": "skipped"}

@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     memory_polling_interval_s: float = Field(default=0.001, gt=0)
     #: Captured logs kept per node call, in characters.
     log_limit_chars: int = Field(default=64_000, ge=0)
+    #: Celery task events (what Flower shows) from the start. Off, they cost four broker messages per
+    #: call that nobody reads; `fluksio flower` switches them on in running workers when it starts.
+    task_events: bool = False
 
     @field_validator("flows", "labels", mode="before")
     @classmethod

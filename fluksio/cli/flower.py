@@ -1,24 +1,20 @@
 """``fluksio flower``: Flower, the Celery dashboard, on the installation's broker.
 
-Node calls show in Flower under ``<flow>.<node>`` and drivers under
-``drive <flow>`` (the names fluksio sends them with); the tasks page shows a
-call's run id, node and attempt in its kwargs column. Flower is an optional
-extra (``pip install 'fluksio[flower]'``).
+The command checks its arguments and starts Flower; what Flower is told about
+fluksio (names, events) lives in :mod:`fluksio.worker.flower`. Flower is an
+optional extra (``pip install 'fluksio[flower]'``).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import re
 import sys
-from typing import Any
 
 import click
 from rich.text import Text
 
 from fluksio.cli import render
-from fluksio.errors import ConfigError
-from fluksio.settings import Settings, load_settings, redact_url
+from fluksio.settings import load_settings, redact_url
 
 #: Exit code when Flower cannot be started as asked.
 EXIT_BAD_INPUT = 2
@@ -27,9 +23,6 @@ TASKS_COLUMNS = "name,state,args,kwargs,worker,received,started,runtime,uuid"
 
 MISSING_FLOWER = ("fluksio flower runs Flower, which is not installed here; install it with "
                   "pip install 'fluksio[flower]' (or pip install flower)")
-
-#: The run id, node and attempt in the kwargs repr of a node call (``{'call': {'call_id': …, 'run_id': …}}``).
-_CALL_FIELD = re.compile(r"'(run_id|node|attempt)': '?([^',}]+)'?")
 
 
 @click.command()
@@ -43,38 +36,28 @@ def flower(port: int, address: str, basic_auth: tuple[str, ...], url_prefix: str
     """Start Flower, the Celery dashboard, against this installation's broker."""
     argv = flower_argv(port, address, basic_auth, url_prefix)
     settings = load_settings()
-    app = flower_app(settings)
-    if not basic_auth and not _is_loopback(address):
-        render.console(stderr=True).print(Text.assemble(
-            ("warning:", "yellow"), f" Flower on {address} without --basic-auth lets anyone who reaches port "
-            f"{port} see every run's arguments and revoke tasks"))
-    _use_compact_kwargs()
-    _keep_shadow_names()
-    render.console(stderr=True).print(
-        f"Flower on http://{address}:{port}/{(url_prefix or '').strip('/')} for broker "
-        f"{redact_url(settings.broker_url)}", highlight=False)
-    sys.exit(app.start(argv) or 0)
-
-
-def flower_app(settings: Settings) -> Any:
-    """A Celery app with the installation's broker and serializers; it only listens, it runs no tasks."""
-    if settings.embedded:
-        raise ConfigError(
-            "fluksio flower watches a shared broker, and none is configured: the embedded default's tasks live "
-            "inside the process that runs them. Set FLUKSIO_BROKER_URL (e.g. redis://127.0.0.1:6379/0) to the "
-            "broker your `fluksio worker`s use")
     try:
         import flower as _flower  # noqa: F401 - only to say clearly that it is missing
     except ImportError:
         render.console(stderr=True).print(Text.assemble(("error:", "red"), " ", MISSING_FLOWER))
         sys.exit(EXIT_BAD_INPUT)
-    from celery import Celery
+    from fluksio.worker.flower import flower_app, prepare_flower
 
-    from fluksio.worker.app import celery_config
-
-    app = Celery("fluksio", set_as_current=False)
-    app.conf.update(celery_config(settings))
-    return app
+    app = flower_app(settings)
+    if not basic_auth and not _is_loopback(address):
+        render.console(stderr=True).print(Text.assemble(
+            ("warning:", "yellow"), f" Flower on {address} without --basic-auth lets anyone who reaches port "
+            f"{port} see every run's arguments and revoke tasks"))
+    try:
+        prepare_flower(app)
+    except Exception as exc:  # kombu's errors differ by transport; Flower asks again itself anyway
+        render.console(stderr=True).print(Text.assemble(
+            ("warning:", "yellow"), f" could not ask the workers for task events yet ({type(exc).__name__}: {exc}); "
+            "Flower asks them again every 5 s"))
+    render.console(stderr=True).print(
+        f"Flower on http://{address}:{port}/{(url_prefix or '').strip('/')} for broker "
+        f"{redact_url(settings.broker_url)}", highlight=False)
+    sys.exit(app.start(argv) or 0)
 
 
 def flower_argv(port: int, address: str, basic_auth: tuple[str, ...], url_prefix: str | None) -> list[str]:
@@ -93,51 +76,6 @@ def flower_argv(port: int, address: str, basic_auth: tuple[str, ...], url_prefix
     if url_prefix:
         argv.append(f"--url_prefix={url_prefix.strip('/')}")
     return argv
-
-
-def compact_kwargs(task: Any) -> Any:
-    """Flower's ``format_task`` hook: a node call's kwargs shown as ``node=… attempt=… run_id=…``.
-
-    A call's full kwargs carry its input values, which fill the tasks page
-    with noise; the run id and node are what tell one call from another.
-    """
-    kwargs = getattr(task, "kwargs", None)
-    if isinstance(kwargs, str) and kwargs.startswith("{'call': "):
-        fields: dict[str, str] = {}
-        for key, value in _CALL_FIELD.findall(kwargs):
-            fields.setdefault(key, value)  # the call's own fields come first; an input may reuse the names
-        if "run_id" in fields and "node" in fields:
-            task.kwargs = " ".join(f"{k}={fields[k]}" for k in ("node", "attempt", "run_id") if k in fields)
-    return task
-
-
-def _use_compact_kwargs() -> None:
-    import flower.options  # noqa: F401 - defines the options set below
-    from tornado.options import options
-
-    options.format_task = compact_kwargs
-
-
-def _keep_shadow_names() -> None:
-    """Keep ``<flow>.<node>`` when a call's ``task-sent`` event reaches Flower after its ``task-received``.
-
-    The sent event names the registered task (``fluksio.call``), the received one
-    the name it was sent under. They come from different processes (the driver,
-    the worker), so either may arrive first, and Celery's state merges every
-    field of a late, "logically earlier" event: the call would be renamed
-    ``fluksio.call``. A late sent event may fill in fields, never the name.
-    """
-    from celery import states
-    from celery.events.state import Task
-    from flower.events import EventsState
-
-    sent_fields = ("args", "kwargs", "parent_id", "root_id", "retries", "eta", "expires", "queue", "exchange",
-                   "routing_key")
-
-    class ShadowNamedTask(Task):
-        merge_rules = {**Task.merge_rules, states.PENDING: sent_fields}
-
-    EventsState.Task = ShadowNamedTask
 
 
 def _is_loopback(address: str) -> bool:

@@ -37,8 +37,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_routes": {DRIVE_TASK: {"queue": DRIVERS_QUEUE}},
         "broker_connection_retry_on_startup": True,
         "worker_hijack_root_logger": False,
-        "task_send_sent_event": True,
-        "worker_send_task_events": True,
+        # Events are for Flower; it switches them on in the workers it watches (`fluksio flower`).
+        "task_send_sent_event": settings.task_events,
+        "worker_send_task_events": settings.task_events,
         "fluksio_embedded": settings.embedded,
     }
     if settings.result_backend:

@@ -119,8 +119,23 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield setup
 
 
+def wait_consuming(cluster: Cluster, hostnames: set[str], timeout: float = 60) -> None:
+    """Until every named Celery worker answers a ping: then it also hears Flower's call for task events.
+
+    (A worker attaches to the placer's books before its Celery consumer starts; one that is not yet
+    consuming misses the broadcast, and gets events only at Flower's next one, 5 s later.)
+    """
+    from fluksio.worker.flower import flower_app
+
+    app = flower_app(cluster.settings())
+    deadline = time.monotonic() + timeout
+    while (answered := {name for reply in app.control.ping(timeout=0.5) for name in reply}) < hostnames:
+        assert time.monotonic() < deadline, f"only {sorted(answered)} answer a ping"
+
+
 @pytest.fixture(scope="module")
 def flower(cluster: Cluster) -> Iterator[FlowerProcess]:
+    wait_consuming(cluster, {"nodes@cpu-a", "drivers@cpu-a"})
     process = FlowerProcess(cluster)
     try:
         yield process.wait_ready()
@@ -263,7 +278,7 @@ def test_a_late_task_sent_event_does_not_rename_a_call_back_to_the_generic_task(
     need_module("flower", "pip install 'fluksio[flower]'")
     from flower.events import EventsState
 
-    from fluksio.cli.flower import _keep_shadow_names
+    from fluksio.worker.flower import _keep_shadow_names
 
     _keep_shadow_names()
     state = EventsState(max_tasks_in_memory=100)

@@ -185,6 +185,8 @@ class Driver:
         #: Rows of nodes that finished (or were restored from the cache) since the last write, with their
         #: artifacts and the ``node_finished`` events to publish once they are written.
         self._unwritten: list[tuple[RunNode, list[RunArtifact], dict[str, Any] | None]] = []
+        #: ``node_finished`` events of rows written, published once the next calls are on their way.
+        self._unannounced: list[dict[str, Any]] = []
         #: This process is shutting down: the run was left for another driver.
         self.handed_over = False
         self._restore_earlier_rows()
@@ -216,6 +218,7 @@ class Driver:
         try:
             self._loop()
             self._write_rows()
+            self._announce_finished()
             if self.handed_over:
                 self._stop_calls()
                 run_rows.finish(self.rt.db, self.run_id, RunStatus.ABANDONED,
@@ -247,6 +250,8 @@ class Driver:
                 return
             if not self.cancelled:
                 self._schedule()
+            # Watchers can wait a moment for their events; the next node should not wait for them.
+            self._announce_finished()
             if self.cancelled or self.walk.drained:
                 return
             timeout = max(0.0, min(next_lease, next_check) - time.monotonic())
@@ -446,16 +451,20 @@ class Driver:
         self._record_bare(self.walk.fail(node), NodeStatus.SKIPPED, f"skipped: upstream node {node!r} failed")
 
     def _write_rows(self) -> None:
-        """Journal the rows collected since the last write in one transaction, then announce them."""
+        """Journal the rows collected since the last write in one transaction (announced after that)."""
         if not self._unwritten:
             return
         unwritten = self._unwritten
         record_nodes(self.rt.db, [row for row, _, _ in unwritten],
                      [artifact for _, artifacts, _ in unwritten for artifact in artifacts])
         self._unwritten = []
-        for _, _, event in unwritten:
-            if event is not None:
-                self.rt.events.publish("node_finished", run_id=self.run_id, **event)
+        self._unannounced.extend(event for _, _, event in unwritten if event is not None)
+
+    def _announce_finished(self) -> None:
+        """Publish ``node_finished`` for rows already written (a watcher that reads the row finds it)."""
+        announced, self._unannounced = self._unannounced, []
+        for event in announced:
+            self.rt.events.publish("node_finished", run_id=self.run_id, **event)
 
     def _check_machines(self) -> None:
         """A call whose machine died (or restarted) will never report: settle it as lost."""

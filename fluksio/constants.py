@@ -13,6 +13,12 @@ DEFAULT_LABEL = "default"
 KEY_PREFIX = "fluksio:"
 #: SET of attached machine names.
 MACHINES_KEY = KEY_PREFIX + "machines"
+#: STRING counter, INCRed whenever a machine attaches or leaves: placers cache inventories until it moves.
+MACHINES_GENERATION_KEY = KEY_PREFIX + "machines-generation"
+#: ZSET machine name → its rank in the placer's preference (labelled ones + 2, then cpus in use / cpus).
+MACHINES_BY_LOAD_KEY = KEY_PREFIX + "machines-by-load"
+#: HASH grant id → the machine holding it, so that a retried claim finds the grant it already has.
+GRANT_MACHINE_KEY = KEY_PREFIX + "grant-machine"
 #: HASH of a machine's inventory and free resources: ``MACHINE_KEY + name``.
 MACHINE_KEY = KEY_PREFIX + "machine:"
 #: HASH grant id → grant, per machine: ``GRANTS_KEY + name``.

@@ -1,18 +1,38 @@
 """The interface of placer books: where machines, their free resources and their grants live.
 
-The placer decides; a backend only keeps the books and makes each take and
-give-back atomic. ``MemoryBooks`` serves one process (the embedded default),
-``RedisBooks`` every driver on every host.
+The placer decides which machines may take a call (from their inventories, which
+change only when a machine attaches or leaves); a backend keeps the books and, in
+one atomic step, picks the preferred of those machines that has the resources
+free now and takes them there (:meth:`Books.take_best`). ``MemoryBooks`` serves
+one process (the embedded default), ``RedisBooks`` every driver on every host.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from fluksio.schemas import Grant, Inventory, Resources
+
+
+class MachinesChanged(Exception):
+    """The machines a placement was planned on are not the live ones any more: read the inventories again.
+
+    Raised by :meth:`Books.take_best` (before it takes anything) when a candidate has gone, or, for books
+    that cache inventories, when any machine attached or left since they were read. The placer catches it
+    and plans again; it never leaves the placement package.
+    """
+
+
+def preference(labelled: bool, cpus: int, free_cpus: int, name: str) -> tuple[bool, float, str]:
+    """Sort key of a machine that could take a call now: lowest first.
+
+    Unlabelled machines first (keep GPU boxes for GPU work), then the least loaded (cpus in use / cpus),
+    then by name. ``RedisBooks``' take script implements the same order in Lua; keep the two alike.
+    """
+    return (labelled, (cpus - free_cpus) / cpus, name)
 
 
 @dataclass(frozen=True)
@@ -80,12 +100,32 @@ class Books(ABC):
 
     @abstractmethod
     def machines(self) -> list[MachineView]:
-        """Every live machine."""
+        """Every live machine with its free resources: a full read, for ``fluksio placer``, not for claims."""
 
     @abstractmethod
-    def take(self, machine: str, resources: Resources, grant_id: str,
-             clamped_from: Resources | None = None) -> Grant | None:
-        """Atomically hold ``resources`` on ``machine``; ``None`` if they are not free (or it is gone)."""
+    def inventories(self, cached: bool = False) -> Sequence[Inventory]:
+        """The inventories of every live machine, sorted by name.
+
+        The very same sequence object comes back while the machines stay the same, so a caller may keep
+        what it worked out from it (the placer keeps its plans) until the object changes.
+
+        ``cached=True`` may answer from what the books read earlier, without asking a server: only for a
+        caller that goes on to :meth:`take_best`, which notices a stale answer (``MachinesChanged``). A
+        cached answer may also still list a machine whose heartbeat expired, until a claim picks it or the
+        cache is older than the heartbeat's time to live.
+        """
+
+    @abstractmethod
+    def take_best(self, candidates: Sequence[str] | None, resources: Resources, grant_id: str,
+                  clamped_from: Resources | None = None) -> Grant | None:
+        """Atomically hold ``resources`` on the preferred candidate that has them free now.
+
+        ``candidates`` names the machines the call may go to (``None``: any live machine). Among those
+        that are alive and have ``resources`` free, takes them on the first by :func:`preference`;
+        ``None`` when none has. A ``grant_id`` that is already held returns that grant and charges
+        nothing (a retried claim). Raises :class:`MachinesChanged`, taking nothing, when the candidates
+        were chosen from inventories that are no longer current.
+        """
 
     @abstractmethod
     def give(self, grant: Grant) -> bool:

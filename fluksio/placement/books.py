@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fluksio.placement.backend import preference
 from fluksio.schemas import Grant, Inventory, Resources
 
 
@@ -20,6 +21,9 @@ class MachineBooks:
         self.free_gpus: list[int] = sorted(inventory.gpus)
         self.free_ram_mb = inventory.ram_mb
         self.grants: dict[str, Grant] = {}
+        #: Its place in ``backend.preference`` (lowest first); kept current by take and give, so that
+        #: choosing among a thousand machines compares ready tuples instead of building them.
+        self.rank = preference(self.labelled, inventory.cpus, self.free_cpus, inventory.name)
 
     def could_ever_fit(self, request: Resources) -> bool:
         """Whether the machine, empty, could grant the request."""
@@ -45,6 +49,7 @@ class MachineBooks:
         grant = Grant(id=grant_id, machine=self.inventory.name, cpus=request.cpus, gpus=gpus,
                       ram_mb=request.ram_mb, clamped_from=clamped_from)
         self.grants[grant_id] = grant
+        self._rerank()
         return grant
 
     def give(self, grant_id: str) -> bool:
@@ -55,7 +60,11 @@ class MachineBooks:
         self.free_cpus += grant.cpus
         self.free_gpus = sorted(self.free_gpus + list(grant.gpus))
         self.free_ram_mb += grant.ram_mb
+        self._rerank()
         return True
+
+    def _rerank(self) -> None:
+        self.rank = preference(self.labelled, self.inventory.cpus, self.free_cpus, self.inventory.name)
 
     @property
     def load(self) -> float:

@@ -3,45 +3,87 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 
-from fluksio.placement.backend import Books, MachineView, WaitingCall
+from fluksio.placement.backend import Books, MachinesChanged, MachineView, WaitingCall
 from fluksio.placement.books import MachineBooks
 from fluksio.schemas import Grant, Inventory, Resources
+
+#: The sort key of ``MachineBooks`` by ``backend.preference``.
+_RANK = attrgetter("rank")
 
 
 class MemoryBooks(Books):
     def __init__(self) -> None:
         self._books: dict[str, MachineBooks] = {}
+        #: Every machine's inventory, sorted by name; rebuilt on attach and detach, not per claim.
+        self._inventories: tuple[Inventory, ...] = ()
+        #: Grant id → the machine holding it, so that a retried claim finds its grant without a search.
+        self._held: dict[str, str] = {}
         self._waiting: dict[str, WaitingCall] = {}
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
 
     def attach(self, inventory: Inventory) -> None:
         with self._lock:
+            gone = self._books.get(inventory.name)
+            for grant_id in gone.grants if gone else ():  # attaching again starts afresh: its grants are void
+                self._held.pop(grant_id, None)
             self._books[inventory.name] = MachineBooks(inventory)
+            self._index()
         self._changed()
 
     def detach(self, name: str) -> list[Grant]:
         with self._lock:
             books = self._books.pop(name, None)
-        return list(books.grants.values()) if books else []
+            self._index()
+            held = list(books.grants.values()) if books else []
+            for grant in held:
+                self._held.pop(grant.id, None)
+        return held
+
+    def _index(self) -> None:
+        self._inventories = tuple(self._books[name].inventory for name in sorted(self._books))
 
     def machines(self) -> list[MachineView]:
-        # The live books, not copies: the placer only reads them, and take() checks again under the lock.
+        # The live books, not copies: callers only read them.
         with self._lock:
             return list(self._books.values())  # type: ignore[arg-type]
 
-    def take(self, machine: str, resources: Resources, grant_id: str,
-             clamped_from: Resources | None = None) -> Grant | None:
+    def inventories(self, cached: bool = False) -> Sequence[Inventory]:
+        return self._inventories  # an immutable tuple, replaced whole: no lock needed to read it
+
+    def take_best(self, candidates: Sequence[str] | None, resources: Resources, grant_id: str,
+                  clamped_from: Resources | None = None) -> Grant | None:
+        cpus, gpus, ram_mb = resources.cpus, resources.gpus, resources.ram_mb
         with self._lock:
-            books = self._books.get(machine)
-            return books.take(resources, grant_id, clamped_from) if books else None
+            held = self._held.get(grant_id)
+            if held is not None:
+                return self._books[held].grants[grant_id]  # a retried claim
+            if candidates is None:
+                pool = self._books.values()
+            else:
+                try:
+                    pool = [self._books[name] for name in candidates]
+                except KeyError as gone:
+                    raise MachinesChanged(f"machine {gone} left after the placement was planned") from None
+            # Tight: it runs over every candidate on every claim.
+            fitting = [books for books in pool if books.free_cpus >= cpus and books.free_ram_mb >= ram_mb
+                       and (not gpus or len(books.free_gpus) >= gpus)]
+            if not fitting:
+                return None
+            best = min(fitting, key=_RANK)
+            grant = best.take(resources, grant_id, clamped_from)
+            self._held[grant_id] = best.inventory.name
+            return grant
 
     def give(self, grant: Grant) -> bool:
         with self._lock:
             books = self._books.get(grant.machine)
             returned = books.give(grant.id) if books else False
+            if returned:
+                self._held.pop(grant.id, None)
         if returned:
             self._changed()
         return returned
@@ -74,3 +116,4 @@ class MemoryBooks(Books):
             callbacks = list(self._callbacks)
         for callback in callbacks:  # outside the lock: a callback may come straight back in
             callback()
+

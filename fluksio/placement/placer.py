@@ -1,6 +1,9 @@
 """The placer: which machine runs a node call, holding its resources for exactly as long as the call runs.
 
-``try_claim`` never blocks: it grants now or says why the call waits. Whoever
+``try_claim`` never blocks: it grants now or says why the call waits. It plans
+from the machines' inventories (static facts, cached by the books) and leaves
+the choice among the machines that may take the call to the books, which pick
+and take in one atomic step — one round trip to Redis per claim. Whoever
 waits registers a listener, called (outside every lock) whenever resources are
 given back or a machine attaches — in any process, when the books are shared —
 so waiting wakes on events, not on a timer.
@@ -10,17 +13,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fluksio.placement.backend import Books, MachineView, WaitingCall
+from fluksio.placement.backend import Books, MachinesChanged, WaitingCall
 from fluksio.placement.clamp import clamp
 from fluksio.placement.memory import MemoryBooks
 from fluksio.schemas import DevicePolicy, Grant, Inventory, Resources
 
-#: Attempts at taking resources when another driver wins the race for the machine that was free.
-TAKE_ATTEMPTS = 3
+#: Kinds of request (resources, device, policy) whose plans are kept; past this many they start afresh.
+PLANS_KEPT = 1024
+#: Plans per claim when the machines change between reading their inventories and taking (an attach,
+#: a detach, a heartbeat found expired); each failed plan has refreshed the books' view, so one retry
+#: is almost always enough.
+PLAN_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -46,15 +53,39 @@ class Waiting:
     wanted: Resources | None = None
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """Where one kind of request may go, worked out from the machines' inventories alone.
+
+    Reused by every claim of that kind until a machine attaches or leaves; the books then pick among the
+    machines named here by what is free at that moment.
+    """
+
+    #: (machines, queue label) to try in order: the labelled machines, then a ``prefer`` fallback.
+    #: ``None`` for machines means any machine; the queue label goes on a grant made in that group.
+    groups: tuple[tuple[tuple[str, ...] | None, str | None], ...]
+    wanted: Resources
+    clamped_from: Resources | None
+    #: The answer when no group can take the call now.
+    waiting: Waiting
+
+
 class Placer:
+    """Places node calls on machines. Thread-safe: several drivers in one process share one placer."""
+
     def __init__(self, books: Books | None = None,
                  provisioner_shapes: Sequence[tuple[Resources, tuple[str, ...]]] = ()) -> None:
         self.books = books if books is not None else MemoryBooks()
         #: Shapes a provisioner could start, with their labels: they count when clamping.
         self.provisioner_shapes = list(provisioner_shapes)
         self._listeners: list[Callable[[], None]] = []
-        self._lock = threading.Lock()
+        #: Calls this placer listed as waiting → the reason it wrote, so that a granted call that never
+        #: waited costs no write and a call that waits again for the same reason costs none either.
+        self._noted: dict[str, str] = {}
+        self._lock = threading.Lock()  # guards _listeners and _noted; never held while calling out
         self._subscribed = False
+        #: Plans by kind of request, valid for one inventories object (replaced whole when it changes).
+        self._plans: tuple[Sequence[Inventory] | None, dict[tuple[Any, ...], _Plan]] = (None, {})
 
     # -- machines -------------------------------------------------------------------------------
 
@@ -66,31 +97,43 @@ class Placer:
         return self.books.detach(name)
 
     def machines(self) -> list[Inventory]:
-        return [view.inventory for view in self.books.machines()]
+        """Every live machine's inventory, sorted by name."""
+        return list(self.books.inventories())
 
     def carries(self, label: str) -> bool:
         """Whether any live machine carries ``label`` now."""
-        return any(view.inventory.carries(label) for view in self.books.machines())
+        return any(inventory.carries(label) for inventory in self.books.inventories())
 
     # -- claims ---------------------------------------------------------------------------------
 
     def try_claim(self, request: Request) -> Grant | Waiting:
-        outcome: Grant | Waiting = Waiting("no machine attached", no_machine=True)
-        for _ in range(TAKE_ATTEMPTS):
-            outcome = self._place(request, self.books.machines())
-            if not isinstance(outcome, _Raced):
+        outcome: Grant | Waiting | None = None
+        for _ in range(PLAN_ATTEMPTS):
+            try:
+                outcome = self._place(request)
                 break
-        if isinstance(outcome, _Raced):
-            outcome = Waiting(outcome.reason)
+            except MachinesChanged:
+                continue  # the books have read the machines again: plan on them as they are now
+        if outcome is None:  # machines attaching and leaving under every attempt: an attach will wake us
+            outcome = Waiting("waiting while the attached machines change")
         if isinstance(outcome, Waiting):
-            self.books.note_waiting(WaitingCall(request.call_id, request.run_id, request.node, outcome.reason,
-                                                time.time()))
+            with self._lock:
+                unchanged = self._noted.get(request.call_id) == outcome.reason
+                self._noted[request.call_id] = outcome.reason
+            if not unchanged:
+                self.books.note_waiting(WaitingCall(request.call_id, request.run_id, request.node,
+                                                    outcome.reason, time.time()))
         else:
-            self.books.forget_waiting(request.call_id)
+            with self._lock:
+                waited = self._noted.pop(request.call_id, None) is not None
+            if waited:  # a call that never waited has nothing to take off the list: no write
+                self.books.forget_waiting(request.call_id)
         return outcome
 
     def forget(self, call_id: str) -> None:
         """Stop listing a call as waiting (its run ended or it was placed)."""
+        with self._lock:
+            self._noted.pop(call_id, None)
         self.books.forget_waiting(call_id)
 
     def release(self, grant: Grant) -> bool:
@@ -99,50 +142,71 @@ class Placer:
     def lost(self, grant: Grant) -> bool:
         return self.books.lost(grant)
 
-    def _place(self, request: Request, views: list[MachineView]) -> Grant | Waiting:
-        candidates, fallback = self._candidates(request, views)
+    def _place(self, request: Request) -> Grant | Waiting:
+        plan = self._plan_for(request, cached=True)
+        if not plan.groups:
+            # No machine could take it: a take would not have told us a machine attached meanwhile, so ask
+            # the books afresh (one round trip to Redis) before saying the call waits for one to attach.
+            plan = self._plan_for(request, cached=False)
+        for names, queue_label in plan.groups:
+            grant = self.books.take_best(names, plan.wanted, request.call_id, plan.clamped_from)
+            if grant is not None:
+                return grant.model_copy(update={"queue_label": queue_label}) if queue_label else grant
+        return plan.waiting
+
+    def _plan_for(self, request: Request, cached: bool) -> _Plan:
+        """The plan for this kind of request on the machines as the books know them (``cached``: as they knew)."""
+        inventories = self.books.inventories(cached=cached)
+        made_on, plans = self._plans
+        if made_on is not inventories:  # a machine attached or left: every plan may change
+            plans = {}
+            self._plans = (inventories, plans)
+        key = (request.resources, request.device, request.policy)
+        plan = plans.get(key)
+        if plan is None:
+            if len(plans) >= PLANS_KEPT:
+                plans.clear()
+            plan = plans[key] = self._plan(request, inventories)
+        return plan
+
+    def _plan(self, request: Request, inventories: Sequence[Inventory]) -> _Plan:
+        """Where the request may go, from the inventories alone (static facts): no free resources read."""
+        candidates, fallback = self._candidates(request, inventories)
         if not candidates and not fallback:
-            if request.device is None:
-                return Waiting("waiting for a worker to attach", no_machine=True)
-            return Waiting(f"waiting for a worker labelled {request.device!r}", no_machine=True)
+            label = f" labelled {request.device!r}" if request.device else " to attach"
+            return _Plan((), request.resources, None, Waiting(f"waiting for a worker{label}", no_machine=True))
         pool = candidates + fallback
-        if any(v.could_ever_fit(request.resources) for v in pool):
+        if any(_could_ever_fit(inventory, request.resources) for inventory in pool):
             wanted, clamped_from = request.resources, None  # the usual case: no need to look at shapes
         else:
             wanted, warning = clamp(request.resources, self._shapes(pool, request.device))
             clamped_from = request.resources if warning else None
         label = f"labelled {request.device!r} " if request.device else ""
-        reason = f"waiting for a worker {label}with {wanted.describe()} free"
-        raced = False
-        # Labelled work first on the labelled machines, then (prefer) anywhere; within a group, unlabelled
-        # machines first (keep GPU boxes for GPU work), then the least loaded, then by name.
-        for group in (candidates, fallback):
-            fitting = _fitting(group, wanted)
-            if not fitting:
-                continue
-            for view in _best_first(fitting):
-                grant = self.books.take(view.inventory.name, wanted, request.call_id, clamped_from)
-                if grant is not None:
-                    if request.device and view.inventory.carries(request.device):
-                        grant = grant.model_copy(update={"queue_label": request.device})
-                    return grant
-                raced = True  # another driver took it between our look and our take
-        return _Raced(reason) if raced else Waiting(reason, wanted=wanted)
+        waiting = Waiting(f"waiting for a worker {label}with {wanted.describe()} free", wanted=wanted)
+        if request.device is None:
+            return _Plan(((None, None),), wanted, clamped_from, waiting)  # any machine: the books need no list
+        # Labelled work first on the machines carrying the label (its queue there), then (prefer) anywhere.
+        groups = tuple((tuple(inventory.name for inventory in group), queue_label)
+                       for group, queue_label in ((candidates, request.device), (fallback, None)) if group)
+        return _Plan(groups, wanted, clamped_from, waiting)
 
-    def _shapes(self, pool: list[MachineView], device: str | None) -> list[Resources]:
+    def _shapes(self, pool: list[Inventory], device: str | None) -> list[Resources]:
         """Distinct machine shapes (a cluster has few), plus provisioner shapes that carry the label."""
-        shapes = {view.total for view in pool}
+        shapes = {_total(inventory) for inventory in pool}
         shapes.update(shape for shape, labels in self.provisioner_shapes if device is None or device in labels)
         return list(shapes)
 
     @staticmethod
-    def _candidates(request: Request, views: list[MachineView]) -> tuple[list[MachineView], list[MachineView]]:
+    def _candidates(request: Request,
+                    inventories: Sequence[Inventory]) -> tuple[list[Inventory], list[Inventory]]:
         """The machines that may take the call, and those only a ``prefer`` fallback may use."""
         if request.device is None:
-            return views, []
-        labelled = [v for v in views if v.inventory.carries(request.device)]
-        if request.policy is DevicePolicy.PREFER and not any(v.could_ever_fit(request.resources) for v in labelled):
-            return labelled, [v for v in views if not v.inventory.carries(request.device)]
+            return list(inventories), []
+        device = request.device
+        labelled = [inventory for inventory in inventories if inventory.carries(device)]
+        if request.policy is DevicePolicy.PREFER and not any(
+                _could_ever_fit(inventory, request.resources) for inventory in labelled):
+            return labelled, [inventory for inventory in inventories if not inventory.carries(device)]
         return labelled, []
 
     # -- waking ---------------------------------------------------------------------------------
@@ -193,25 +257,11 @@ class Placer:
         }
 
 
-@dataclass(frozen=True)
-class _Raced:
-    reason: str
+def _total(inventory: Inventory) -> Resources:
+    return Resources(cpus=inventory.cpus, gpus=len(inventory.gpus), ram_mb=inventory.ram_mb)
 
 
-def _preference(view: MachineView) -> tuple[bool, float, str]:
-    cpus = view.inventory.cpus
-    return (view.labelled, (cpus - view.free_cpus) / cpus, view.inventory.name)
-
-
-def _fitting(views: list[MachineView], wanted: Resources) -> list[MachineView]:
-    """Machines with ``wanted`` free now (a tight loop: it runs over every machine on every claim)."""
-    cpus, gpus, ram_mb = wanted.cpus, wanted.gpus, wanted.ram_mb
-    return [v for v in views
-            if v.free_cpus >= cpus and v.free_ram_mb >= ram_mb and (not gpus or len(v.free_gpus) >= gpus)]
-
-
-def _best_first(views: list[MachineView]) -> Iterator[MachineView]:
-    """The preferred machine; the rest in order only if taking it failed (another driver raced us)."""
-    best = min(views, key=_preference)
-    yield best
-    yield from sorted((v for v in views if v is not best), key=_preference)
+def _could_ever_fit(inventory: Inventory, request: Resources) -> bool:
+    """Whether the machine, empty, could grant the request."""
+    return (request.cpus <= inventory.cpus and request.gpus <= len(inventory.gpus)
+            and request.ram_mb <= inventory.ram_mb)

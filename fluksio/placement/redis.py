@@ -1,75 +1,193 @@
 """Books in Redis, shared by every driver on every host.
 
-Each take and give-back is one Lua script, so two drivers can never both take
-the last free cpu. A machine is live while its heartbeat key exists; the first
-placer to see it expired removes it. Every give-back and attach is published
-on a channel, and each process's listener thread wakes its waiting drivers.
+A claim is one Lua script (``_TAKE_BEST``) and one round trip, whatever the
+number of machines: the script walks the machines in the placer's preference
+order — kept ready in a sorted set, re-ranked by every take and give-back —
+takes on the first the placer allowed that has the resources free, and stops.
+So two drivers can never both take the last free cpu, and a claim that finds a
+machine usually reads a handful of keys, not every machine (only a claim that
+must wait walks every allowed machine with a cpu free, inside the server).
+
+The placer plans from the machines' inventories, which change only when a
+machine attaches or leaves; they are cached here. Every attach and detach moves
+a generation counter, the take script refuses (taking nothing) a plan made at
+another generation, and the placer plans again on a fresh read. A machine is
+live while its heartbeat key exists; the first script to find it expired
+detaches it. A give-back is one script too. Every give-back and attach is
+published on a channel, and each process's listener thread wakes its waiting
+drivers.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from fluksio.constants import (
     CHANGES_CHANNEL,
+    GRANT_MACHINE_KEY,
     GRANTS_KEY,
     HEARTBEAT_KEY,
     MACHINE_KEY,
+    MACHINES_BY_LOAD_KEY,
+    MACHINES_GENERATION_KEY,
     MACHINES_KEY,
     WAITING_KEY,
 )
-from fluksio.placement.backend import Books, MachineView, WaitingCall
+from fluksio.placement.backend import Books, MachinesChanged, MachineView, WaitingCall
 from fluksio.schemas import Grant, Inventory, Resources
 
 log = logging.getLogger(__name__)
 
-# KEYS: machine hash, grants hash, heartbeat. ARGV: cpus, gpus, ram_mb, grant id, clamped-from JSON.
-# Returns {cpus, ram_mb, "gpu,ids", incarnation} or nil when the machine is gone or lacks the resources.
-_TAKE = """
-if redis.call('EXISTS', KEYS[3]) == 0 or redis.call('EXISTS', KEYS[1]) == 0 then return nil end
-local held = redis.call('HGET', KEYS[2], ARGV[4])
-local incarnation = redis.call('HGET', KEYS[1], 'incarnation')
-if held then local g = cjson.decode(held); return {g.cpus, g.ram_mb, g.gpus, incarnation} end
-local cpus = tonumber(redis.call('HGET', KEYS[1], 'free_cpus'))
-local ram = tonumber(redis.call('HGET', KEYS[1], 'free_ram_mb'))
-local free = redis.call('HGET', KEYS[1], 'free_gpus')
-local want_cpus, want_gpus, want_ram = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local ids = {}
-for id in string.gmatch(free, '[^,]+') do table.insert(ids, id) end
-if cpus < want_cpus or ram < want_ram or #ids < want_gpus then return nil end
-local taken, rest = {}, {}
-for i, id in ipairs(ids) do if i <= want_gpus then table.insert(taken, id) else table.insert(rest, id) end end
-local gpus = table.concat(taken, ',')
-redis.call('HSET', KEYS[1], 'free_cpus', cpus - want_cpus, 'free_ram_mb', ram - want_ram,
-           'free_gpus', table.concat(rest, ','))
-redis.call('HSET', KEYS[2], ARGV[4],
-           cjson.encode({cpus = want_cpus, ram_mb = want_ram, gpus = gpus, clamped_from = ARGV[5]}))
-return {want_cpus, want_ram, gpus, incarnation}
+#: Candidate lists encoded for the take script, kept per list (the placer reuses its lists until the
+#: machines change); past this many the memo starts afresh.
+ENCODED_CANDIDATES_KEPT = 256
+
+# Every script below takes the same keys and first arguments.
+# KEYS: [1] machines set, [2] generation counter, [3] machines by preference (zset), [4] grant id → machine.
+# ARGV: [1..3] machine hash, grants hash and heartbeat key prefixes. Machine names are only known inside
+# a script, so its per-machine keys are built there: fine on one Redis server, not on a Redis Cluster.
+# The scripts write after reading non-deterministic replies (SMEMBERS): Redis 5 or later replicates their
+# effects, not the scripts, which makes that safe.
+_KEYS = [MACHINES_KEY, MACHINES_GENERATION_KEY, MACHINES_BY_LOAD_KEY, GRANT_MACHINE_KEY]
+_PREFIXES = [MACHINE_KEY, GRANTS_KEY, HEARTBEAT_KEY]
+
+# detach: remove a machine's books (and its grants from the grant index); the generation moves only
+# when it was attached, so that two placers finding the same dead machine do not make everyone re-read.
+# rank: a machine's place in backend.preference as one number — labelled machines after all others
+# (+ 2), then by load (cpus in use / cpus, 0..1); the sorted set orders equal ranks by name (bytewise,
+# as Python orders str). Machines without the cpus/labelled fields are left unranked, never picked.
+_HELPERS = """
+local function detach(name)
+  for _, id in ipairs(redis.call('HKEYS', ARGV[2] .. name)) do redis.call('HDEL', KEYS[4], id) end
+  redis.call('DEL', ARGV[1] .. name, ARGV[2] .. name, ARGV[3] .. name)
+  redis.call('ZREM', KEYS[3], name)
+  if redis.call('SREM', KEYS[1], name) == 1 then redis.call('INCR', KEYS[2]) end
+end
+local function rank(name, labelled, cpus, free_cpus)
+  cpus = tonumber(cpus)
+  if not cpus or not labelled then return end
+  local load = (cpus - tonumber(free_cpus)) / cpus
+  redis.call('ZADD', KEYS[3], string.format('%.17g', (labelled == '1' and 2 or 0) + load), name)
+end
 """
 
-# KEYS: machine hash, grants hash. ARGV: grant id, changes channel. Returns 1 when resources came back.
-_GIVE = """
-local held = redis.call('HGET', KEYS[2], ARGV[1])
+# ARGV[4]: machine name. Returns the grants it held (id, body, id, body …) and removes its books.
+_LEAVE = _HELPERS + """
+local held = redis.call('HGETALL', ARGV[2] .. ARGV[4])
+detach(ARGV[4])
+return held
+"""
+
+# ARGV[4]: the generation the caller has cached ('' for none). Detaches every machine whose heartbeat
+# expired, and ranks any machine the sorted set lacks (attached by an older fluksio). Returns
+# {generation} when that is still the cached one, else {generation, name, inventory JSON, …} for every
+# live machine.
+_LOOK = _HELPERS + """
+for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('EXISTS', ARGV[3] .. name) == 0 or redis.call('EXISTS', ARGV[1] .. name) == 0 then
+    detach(name)
+  elseif not redis.call('ZSCORE', KEYS[3], name) then
+    local inventory = cjson.decode(redis.call('HGET', ARGV[1] .. name, 'inventory'))
+    local labelled = #inventory.labels > 0 and '1' or '0'
+    redis.call('HSET', ARGV[1] .. name, 'cpus', inventory.cpus, 'labelled', labelled)
+    rank(name, labelled, inventory.cpus, redis.call('HGET', ARGV[1] .. name, 'free_cpus'))
+  end
+end
+local generation = redis.call('GET', KEYS[2]) or '0'
+if generation == ARGV[4] then return {generation} end
+local reply = {generation}
+for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  table.insert(reply, name)
+  table.insert(reply, redis.call('HGET', ARGV[1] .. name, 'inventory'))
+end
+return reply
+"""
+
+# ARGV[4]: the generation the placer planned at; [5..9]: cpus, gpus, ram_mb, grant id, clamped-from
+# JSON ('' if not clamped); [10]: the machines it may go to, a JSON array ('' for any machine).
+# Walks machines in preference order — only the ranks that leave a cpu free, when cpus are asked for —
+# and takes on the first allowed one with the resources free. Returns {'stale'}, taking nothing, when
+# the generation moved or the machine picked was dead (it is detached here); {'none'} when no allowed
+# machine has the resources free; else {'granted', machine, cpus, ram_mb, 'gpu,ids', incarnation}.
+_TAKE_BEST = _HELPERS + """
+if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[4] then return {'stale'} end
+local want_cpus, want_gpus, want_ram, grant_id = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
+-- A retried claim (its reply lost on the way back) gets the grant it already has, charged once.
+local at = redis.call('HGET', KEYS[4], grant_id)
+if at then
+  local held = redis.call('HGET', ARGV[2] .. at, grant_id)
+  if held then
+    local g = cjson.decode(held)
+    return {'granted', at, g.cpus, g.ram_mb, g.gpus, redis.call('HGET', ARGV[1] .. at, 'incarnation')}
+  end
+end
+local allowed = nil
+if ARGV[10] ~= '' then
+  allowed = {}
+  for _, name in ipairs(cjson.decode(ARGV[10])) do allowed[name] = true end
+end
+local below = want_cpus > 0 and '(' or ''  -- a rank of 1 (or 3) is a machine with every cpu in use
+local PAGE = 100
+for _, ranks in ipairs({{'0', below .. '1'}, {'2', below .. '3'}}) do
+  local offset = 0
+  repeat
+    local names = redis.call('ZRANGEBYSCORE', KEYS[3], ranks[1], ranks[2], 'LIMIT', offset, PAGE)
+    for _, name in ipairs(names) do
+      if not allowed or allowed[name] then
+        local books = redis.call('HMGET', ARGV[1] .. name, 'free_cpus', 'free_ram_mb', 'free_gpus', 'cpus',
+                                 'labelled', 'incarnation')
+        if not books[1] then detach(name); return {'stale'} end
+        local free_cpus, free_ram = tonumber(books[1]), tonumber(books[2])
+        local ids = {}
+        for id in string.gmatch(books[3], '[^,]+') do table.insert(ids, id) end
+        if free_cpus >= want_cpus and free_ram >= want_ram and #ids >= want_gpus then
+          if redis.call('EXISTS', ARGV[3] .. name) == 0 then detach(name); return {'stale'} end
+          local gpus = table.concat(ids, ',', 1, want_gpus)
+          redis.call('HSET', ARGV[1] .. name, 'free_cpus', free_cpus - want_cpus, 'free_ram_mb', free_ram - want_ram,
+                     'free_gpus', table.concat(ids, ',', want_gpus + 1))
+          redis.call('HSET', ARGV[2] .. name, grant_id,
+                     cjson.encode({cpus = want_cpus, ram_mb = want_ram, gpus = gpus, clamped_from = ARGV[9]}))
+          redis.call('HSET', KEYS[4], grant_id, name)
+          rank(name, books[5], books[4], free_cpus - want_cpus)
+          return {'granted', name, want_cpus, want_ram, gpus, books[6]}
+        end
+      end
+    end
+    offset = offset + PAGE
+  until #names < PAGE
+end
+return {'none'}
+"""
+
+# ARGV[4]: machine name, [5]: grant id, [6]: changes channel. Returns 1 when resources came back.
+_GIVE = _HELPERS + """
+redis.call('HDEL', KEYS[4], ARGV[5])
+local grants, machine = ARGV[2] .. ARGV[4], ARGV[1] .. ARGV[4]
+local held = redis.call('HGET', grants, ARGV[5])
 if not held then return 0 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HDEL', grants, ARGV[5])
+if redis.call('EXISTS', machine) == 0 then return 0 end
 local g = cjson.decode(held)
-redis.call('HINCRBY', KEYS[1], 'free_cpus', g.cpus)
-redis.call('HINCRBY', KEYS[1], 'free_ram_mb', g.ram_mb)
+local free_cpus = redis.call('HINCRBY', machine, 'free_cpus', g.cpus)
+redis.call('HINCRBY', machine, 'free_ram_mb', g.ram_mb)
 local ids = {}
-for id in string.gmatch(redis.call('HGET', KEYS[1], 'free_gpus'), '[^,]+') do table.insert(ids, tonumber(id)) end
+for id in string.gmatch(redis.call('HGET', machine, 'free_gpus'), '[^,]+') do table.insert(ids, tonumber(id)) end
 for id in string.gmatch(g.gpus, '[^,]+') do table.insert(ids, tonumber(id)) end
 table.sort(ids)
-redis.call('HSET', KEYS[1], 'free_gpus', table.concat(ids, ','))
-redis.call('PUBLISH', ARGV[2], 'give')
+redis.call('HSET', machine, 'free_gpus', table.concat(ids, ','))
+local facts = redis.call('HMGET', machine, 'labelled', 'cpus')
+rank(ARGV[4], facts[1], facts[2], free_cpus)
+redis.call('PUBLISH', ARGV[6], 'give')
 return 1
 """
 
@@ -80,13 +198,35 @@ def _ids(text: str | bytes | None) -> tuple[int, ...]:
     return tuple(int(part) for part in (text or "").split(",") if part)
 
 
+@dataclass(frozen=True)
+class _Cache:
+    """The live machines' inventories as of one generation; replaced whole, never changed in place."""
+
+    #: The generation counter's value when read, as Redis returns it ('0' before any attach).
+    generation: str
+    #: Sorted by name.
+    inventories: tuple[Inventory, ...]
+    #: Name → (inventory JSON, parsed), so that a re-read parses only machines that changed.
+    parsed: dict[str, tuple[bytes, Inventory]]
+    #: ``time.monotonic()`` of the read, in seconds.
+    read_at: float
+
+
 class RedisBooks(Books):
+    """Books in one Redis database. Thread-safe: drivers in one process share one instance."""
+
     def __init__(self, client: redis.Redis, heartbeat_ttl_s: float) -> None:
         self.redis = client
         #: A machine whose heartbeat is older than this is gone, in seconds.
         self.heartbeat_ttl_s = heartbeat_ttl_s
-        self._take = client.register_script(_TAKE)
+        self._leave = client.register_script(_LEAVE)
+        self._look = client.register_script(_LOOK)
+        self._take_best = client.register_script(_TAKE_BEST)
         self._give = client.register_script(_GIVE)
+        #: The inventories claims are planned on; see ``inventories``. ``None`` until first read.
+        self._cache: _Cache | None = None
+        #: Candidate lists → their JSON for the take script; see ``ENCODED_CANDIDATES_KEPT``.
+        self._encoded: dict[tuple[str, ...], str] = {}
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._listener: threading.Thread | None = None
@@ -96,7 +236,10 @@ class RedisBooks(Books):
 
     def attach(self, inventory: Inventory) -> None:
         name = inventory.name
+        labelled = bool(inventory.labels)
         pipe = self.redis.pipeline(transaction=True)
+        # Grants of an earlier start are void (their drivers find them lost and give them back, which
+        # also clears them from the grant index).
         pipe.delete(GRANTS_KEY + name)
         pipe.hset(MACHINE_KEY + name, mapping={
             "inventory": inventory.model_dump_json(),
@@ -104,9 +247,18 @@ class RedisBooks(Books):
             "free_ram_mb": inventory.ram_mb,
             "free_gpus": ",".join(map(str, sorted(inventory.gpus))),
             "incarnation": uuid.uuid4().hex,
+            # What the scripts rank machines by, so that they need not parse the inventory.
+            "cpus": inventory.cpus,
+            "labelled": int(labelled),
         })
         pipe.sadd(MACHINES_KEY, name)
+        pipe.zadd(MACHINES_BY_LOAD_KEY, {name: 2 if labelled else 0})  # its rank when idle
         pipe.set(HEARTBEAT_KEY + name, time.time(), px=int(self.heartbeat_ttl_s * 1000))
+        # The counter starts at a random value: after Redis lost its data (a restart without persistence)
+        # counting again from 0 could meet a generation some placer cached, with other machines behind it.
+        pipe.set(MACHINES_GENERATION_KEY, secrets.randbelow(2**62), nx=True)
+        # Moved also for a machine attaching again under its name: placers re-read it before taking there.
+        pipe.incr(MACHINES_GENERATION_KEY)
         pipe.publish(CHANGES_CHANNEL, "attach")
         pipe.execute()
 
@@ -119,12 +271,8 @@ class RedisBooks(Books):
         self.redis.set(HEARTBEAT_KEY + inventory.name, time.time(), px=int(self.heartbeat_ttl_s * 1000))
 
     def detach(self, name: str) -> list[Grant]:
-        held = self.redis.hgetall(GRANTS_KEY + name)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.srem(MACHINES_KEY, name)
-        pipe.delete(MACHINE_KEY + name, GRANTS_KEY + name, HEARTBEAT_KEY + name)
-        pipe.execute()
-        return [self._grant(name, gid, json.loads(value)) for gid, value in held.items()]
+        held = self._leave(keys=_KEYS, args=[*_PREFIXES, name])
+        return [self._grant(name, gid, json.loads(value)) for gid, value in zip(held[::2], held[1::2])]
 
     def machines(self) -> list[MachineView]:
         names = sorted(n.decode() for n in self.redis.smembers(MACHINES_KEY))
@@ -155,24 +303,75 @@ class RedisBooks(Books):
     def alive(self, name: str) -> bool:
         return bool(self.redis.exists(HEARTBEAT_KEY + name))
 
+    def inventories(self, cached: bool = False) -> Sequence[Inventory]:
+        """Every live machine's inventory, sorted by name.
+
+        Uncached: one round trip, which also detaches the machines whose heartbeat expired, and reads the
+        inventories again only when a machine attached or left. Cached (for claims): no round trip while
+        the cache is younger than the heartbeat's time to live, so a dead machine that no claim picks is
+        still noticed within about two of them.
+        """
+        cache = self._cache
+        if cache is None or not cached or time.monotonic() - cache.read_at > self.heartbeat_ttl_s:
+            cache = self._refresh()
+        return cache.inventories
+
+    def _refresh(self) -> _Cache:
+        known = self._cache
+        reply = self._look(keys=_KEYS, args=[*_PREFIXES, known.generation if known else ""])
+        generation, pairs = reply[0].decode(), reply[1:]
+        if known is not None and generation == known.generation:  # same machines: plans made on them hold
+            fresh = _Cache(generation, known.inventories, known.parsed, time.monotonic())
+        else:
+            old = known.parsed if known else {}
+            parsed: dict[str, tuple[bytes, Inventory]] = {}
+            for raw_name, body in zip(pairs[::2], pairs[1::2]):
+                name = raw_name.decode()
+                seen = old.get(name)
+                # Only new or changed inventories are parsed: a thousand machines, one attach, one parse.
+                parsed[name] = seen if seen and seen[0] == body else (body, Inventory.model_validate_json(body))
+            inventories = tuple(parsed[name][1] for name in sorted(parsed))
+            fresh = _Cache(generation, inventories, parsed, time.monotonic())
+        # Threads may refresh at once, and a take may then send a newer generation than its plan was made
+        # at. The worst that does is one claim planned on the machines of a moment ago (it waits, or takes
+        # a good machine rather than the best); the next claim plans on the newer inventories.
+        self._cache = fresh
+        return fresh
+
     # -- grants ---------------------------------------------------------------------------------
 
-    def take(self, machine: str, resources: Resources, grant_id: str,
-             clamped_from: Resources | None = None) -> Grant | None:
-        reply = self._take(
-            keys=[MACHINE_KEY + machine, GRANTS_KEY + machine, HEARTBEAT_KEY + machine],
-            args=[resources.cpus, resources.gpus, resources.ram_mb, grant_id,
-                  clamped_from.model_dump_json() if clamped_from else ""],
-        )
-        if reply is None:
+    def take_best(self, candidates: Sequence[str] | None, resources: Resources, grant_id: str,
+                  clamped_from: Resources | None = None) -> Grant | None:
+        cache = self._cache
+        generation = cache.generation if cache is not None else ""  # nothing read yet: the script says stale
+        reply = self._take_best(keys=_KEYS, args=[
+            *_PREFIXES, generation, resources.cpus, resources.gpus, resources.ram_mb, grant_id,
+            clamped_from.model_dump_json() if clamped_from else "",
+            "" if candidates is None else self._encode(candidates),
+        ])
+        kind = reply[0]
+        if kind == b"granted":
+            _, machine, cpus, ram_mb, gpus, incarnation = reply
+            return Grant(id=grant_id, machine=machine.decode(), cpus=int(cpus), ram_mb=int(ram_mb),
+                         gpus=_ids(gpus), clamped_from=clamped_from,
+                         incarnation=incarnation.decode() if incarnation is not None else None)
+        if kind == b"none":
             return None
-        cpus, ram_mb, gpus, incarnation = reply
-        return Grant(id=grant_id, machine=machine, cpus=int(cpus), ram_mb=int(ram_mb), gpus=_ids(gpus),
-                     clamped_from=clamped_from, incarnation=incarnation.decode())
+        self._refresh()
+        raise MachinesChanged("a machine attached or left since the placement was planned")
+
+    def _encode(self, candidates: Sequence[str]) -> str:
+        """The candidates as the take script's JSON array; encoded once per list, not once per claim."""
+        names = candidates if isinstance(candidates, tuple) else tuple(candidates)
+        encoded = self._encoded.get(names)
+        if encoded is None:
+            if len(self._encoded) >= ENCODED_CANDIDATES_KEPT:
+                self._encoded = {}  # lists of machines long gone: start afresh
+            encoded = self._encoded[names] = json.dumps(names)
+        return encoded
 
     def give(self, grant: Grant) -> bool:
-        return bool(self._give(keys=[MACHINE_KEY + grant.machine, GRANTS_KEY + grant.machine],
-                               args=[grant.id, CHANGES_CHANNEL]))
+        return bool(self._give(keys=_KEYS, args=[*_PREFIXES, grant.machine, grant.id, CHANGES_CHANNEL]))
 
     def lost(self, grant: Grant) -> bool:
         pipe = self.redis.pipeline(transaction=False)

@@ -158,3 +158,12 @@ def test_accounting_stays_exact_under_any_sequence_of_takes_and_gives(ops):
         assert b.free_cpus >= 0 and b.free_ram_mb >= 0
         assert len(held_gpus) == len(set(held_gpus))  # no GPU in two grants
         assert sorted(held_gpus + b.free_gpus) == [0, 1, 2]  # no GPU lost or invented
+
+
+def test_rank_follows_the_load_as_grants_come_and_go():
+    b = books(cpus=8)
+    assert b.rank == (True, 0.0, "box")  # labelled 'gpu'
+    b.take(Resources(cpus=2), "a")
+    assert b.rank == (True, 0.25, "box")
+    b.give("a")
+    assert b.rank == (True, 0.0, "box")

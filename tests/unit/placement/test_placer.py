@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 
+from fluksio.placement.memory import MemoryBooks
 from fluksio.placement.placer import Placer, Request, Waiting
 from fluksio.schemas import DevicePolicy, Grant, Inventory, Resources
 
@@ -339,3 +341,155 @@ def test_a_grant_names_the_queue_label_only_when_the_machine_carries_it():
     assert isinstance(labelled, Grant) and (labelled.machine, labelled.queue_label) == ("box", "gpu")
     fallback = placer.try_claim(Request("c2", Resources(cpus=2), "tpu", DevicePolicy.PREFER))
     assert isinstance(fallback, Grant) and fallback.queue_label is None
+
+
+# -- what a claim costs the books ------------------------------------------------------------------
+
+
+class CountingBooks(MemoryBooks):
+    """Memory books that count the calls a claim makes on them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+
+    def note_waiting(self, waiting) -> None:
+        self.counts["note_waiting"] += 1
+        super().note_waiting(waiting)
+
+    def forget_waiting(self, call_id: str) -> None:
+        self.counts["forget_waiting"] += 1
+        super().forget_waiting(call_id)
+
+    def take_best(self, *args, **kwargs):
+        self.counts["take_best"] += 1
+        return super().take_best(*args, **kwargs)
+
+
+def test_a_call_granted_at_once_costs_one_take_and_no_waiting_list_write():
+    books = CountingBooks()
+    placer = Placer(books)
+    placer.attach(machine("laptop", cpus=4))
+    assert isinstance(placer.try_claim(req("c1")), Grant)
+    assert books.counts == {"take_best": 1}
+
+
+def test_a_call_that_waited_is_taken_off_the_waiting_list_once_granted():
+    books = CountingBooks()
+    placer = Placer(books)
+    placer.attach(machine("laptop", cpus=1))
+    first = placer.try_claim(req("c1"))
+    assert isinstance(placer.try_claim(req("c2")), Waiting)
+    assert [w.call_id for w in books.waiting()] == ["c2"]
+    placer.release(first)
+    assert isinstance(placer.try_claim(req("c2")), Grant)
+    assert books.waiting() == []
+    assert books.counts["forget_waiting"] == 1
+
+
+def test_waiting_again_for_the_same_reason_writes_the_waiting_list_once():
+    books = CountingBooks()
+    placer = Placer(books)
+    placer.attach(machine("laptop", cpus=1))
+    placer.try_claim(req("hog"))
+    for _ in range(5):
+        assert isinstance(placer.try_claim(req("c1")), Waiting)
+    assert books.counts["note_waiting"] == 1
+    placer.forget("c1")
+    assert books.waiting() == []
+    placer.try_claim(req("c1"))  # waits again after being forgotten: listed again
+    assert [w.call_id for w in books.waiting()] == ["c1"]
+    assert books.counts["note_waiting"] == 2
+
+
+def test_a_changed_reason_is_written_again():
+    books = CountingBooks()
+    placer = Placer(books)
+    placer.attach(machine("laptop", cpus=1))
+    placer.try_claim(req("c1", device="gpu"))
+    placer.attach(machine("box", cpus=1, labels=("gpu",)))
+    placer.try_claim(req("hog", device="gpu"))
+    placer.try_claim(req("c1", device="gpu"))
+    assert books.counts["note_waiting"] == 2
+    [waiting] = [w for w in books.waiting() if w.call_id == "c1"]
+    assert waiting.reason == "waiting for a worker labelled 'gpu' with 1 cpu(s) free"
+
+
+class LeavingBooks(MemoryBooks):
+    """Memory books where a machine leaves between the placer's plan and its take, once."""
+
+    def __init__(self, leaving: str) -> None:
+        super().__init__()
+        self.leaving: str | None = leaving
+        self.takes = 0
+
+    def take_best(self, candidates, resources, grant_id, clamped_from=None):
+        self.takes += 1
+        if self.leaving is not None:
+            self.detach(self.leaving)
+            self.leaving = None
+        return super().take_best(candidates, resources, grant_id, clamped_from)
+
+
+def test_a_machine_leaving_between_plan_and_take_makes_the_placer_plan_again():
+    books = LeavingBooks("box-a")
+    placer = Placer(books)
+    placer.attach(machine("box-a", labels=("gpu",)))
+    placer.attach(machine("box-b", labels=("gpu",)))
+    grant = placer.try_claim(req("c1", device="gpu"))
+    assert isinstance(grant, Grant) and grant.machine == "box-b" and grant.queue_label == "gpu"
+    assert books.takes == 2
+
+
+def test_the_last_labelled_machine_leaving_mid_claim_says_no_machine_carries_the_label():
+    books = LeavingBooks("box")
+    placer = Placer(books)
+    placer.attach(machine("laptop"))
+    placer.attach(machine("box", labels=("gpu",)))
+    outcome = placer.try_claim(req("c1", device="gpu"))
+    assert outcome == Waiting("waiting for a worker labelled 'gpu'", no_machine=True)
+
+
+class StaleBooks(MemoryBooks):
+    """Memory books whose cached inventories lag: as caching books do until a take or a re-read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: tuple[Inventory, ...] = ()
+
+    def inventories(self, cached: bool = False):
+        if not cached:
+            self.seen = tuple(super().inventories())
+        return self.seen
+
+
+def test_a_plan_finding_no_machine_is_checked_against_the_books_afresh():
+    books = StaleBooks()
+    placer = Placer(books)
+    placer.attach(machine("box", labels=("gpu",)))  # after the cache was "read"
+    grant = placer.try_claim(req("c1", device="gpu"))
+    assert isinstance(grant, Grant) and grant.machine == "box"
+
+
+def test_drivers_sharing_a_placer_from_threads_never_over_commit_and_keep_the_waiting_list_right():
+    placer = placer_with(machine("a", cpus=3), machine("b", cpus=2))
+    outcomes: dict[str, Grant | Waiting] = {}
+    start = threading.Barrier(12)
+
+    def claim(i: int) -> None:
+        start.wait()
+        outcomes[f"c{i}"] = placer.try_claim(req(f"c{i}"))
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    granted = {cid for cid, o in outcomes.items() if isinstance(o, Grant)}
+    assert len(granted) == 5
+    assert {w["node"] for w in placer.snapshot()["waiting"]} == set(outcomes) - granted
+    for cid in granted:
+        placer.release(outcomes[cid])  # type: ignore[arg-type]
+    retried = [placer.try_claim(req(cid)) for cid in sorted(set(outcomes) - granted)]
+    assert sum(isinstance(o, Grant) for o in retried) == 5
+    assert len(placer.snapshot()["waiting"]) == 2

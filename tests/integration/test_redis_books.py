@@ -1,0 +1,374 @@
+"""Redis books against a real redis-server: one round trip per claim, the same choices as memory books,
+no over-commit between racing placers, and machines that attach, die or restart noticed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fluksio.constants import HEARTBEAT_KEY, MACHINE_KEY, MACHINES_BY_LOAD_KEY, MACHINES_KEY
+from fluksio.placement.backend import MachinesChanged
+from fluksio.placement.memory import MemoryBooks
+from fluksio.placement.placer import Placer, Request, Waiting
+from fluksio.placement.redis import RedisBooks
+from fluksio.schemas import DevicePolicy, Grant, Inventory, Resources
+from tests.integration.servers import RedisServer
+from tests.unit.placement import test_placer
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    started = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture
+def connect(server: RedisServer) -> Iterator:
+    """Books on a fresh database; each call is another placer process with its own connection."""
+    redis.Redis.from_url(server.url).flushall()
+    made: list[RedisBooks] = []
+
+    def books(heartbeat_ttl_s: float = 60, client: redis.Redis | None = None) -> RedisBooks:
+        made.append(RedisBooks(client or redis.Redis.from_url(server.url), heartbeat_ttl_s))
+        return made[-1]
+
+    yield books
+    for opened in made:
+        opened.close()
+        opened.redis.close()
+
+
+def machine(name, cpus=4, gpus=(), ram_mb=8000, labels=()) -> Inventory:
+    return Inventory(name=name, cpus=cpus, gpus=tuple(gpus), ram_mb=ram_mb, labels=tuple(labels))
+
+
+def free_cpus(books) -> dict[str, int]:
+    return {view.inventory.name: view.free.cpus for view in books.machines()}
+
+
+# -- every placer behaviour, on Redis books ----------------------------------------------------------
+
+#: Behaviours that do not carry over as written: listeners hear Redis through a pub/sub thread (once
+#: more on subscribing), not synchronously; a grant Redis hands back on detach has no incarnation.
+NOT_ON_REDIS = {
+    "test_release_is_idempotent_and_only_notifies_once", "test_listeners_are_called_on_attach",
+    "test_a_listener_may_claim_from_inside_the_notification",
+    "test_release_of_a_grant_on_a_detached_machine_is_a_no_op",
+}
+#: Tests that bring their own memory books test how the placer uses books, not the books: not here.
+BEHAVIOURS = [name for name, test in vars(test_placer).items() if name.startswith("test_")
+              and name not in NOT_ON_REDIS and "books" not in test.__code__.co_varnames]
+
+
+@pytest.mark.parametrize("behaviour", BEHAVIOURS)
+def test_the_placer_behaves_the_same_on_redis_books(behaviour: str, connect, monkeypatch) -> None:
+    # test_placer builds its placers with Placer(…): here each is built on Redis books instead.
+    monkeypatch.setattr(test_placer, "Placer", lambda books=None, provisioner_shapes=(): Placer(
+        connect(), provisioner_shapes))
+    getattr(test_placer, behaviour)()
+
+
+def test_detach_returns_the_grants_the_machine_held(connect) -> None:
+    placer = Placer(connect())
+    placer.attach(machine("laptop"))
+    grant = placer.try_claim(Request("c1", Resources(cpus=2)))
+    [held] = placer.detach("laptop")
+    assert (held.id, held.machine, held.cpus) == (grant.id, "laptop", 2)
+    assert placer.release(grant) is False
+    assert placer.machines() == []
+
+
+# -- one round trip ----------------------------------------------------------------------------------
+
+
+class CountingConnection(redis.Connection):
+    """Counts what the client sends: one ``send_packed_command`` is one round trip (pipelines included)."""
+
+    sent: list[str] = []
+
+    def send_packed_command(self, command, check_health=True):
+        parts = command if isinstance(command, list) else [command]
+        first = bytes(parts[0])
+        CountingConnection.sent.append(first.split(b"\r\n")[2].decode())  # the command's name
+        super().send_packed_command(command, check_health)
+
+
+def test_a_claim_is_one_round_trip_and_so_is_a_give_back(connect, server: RedisServer) -> None:
+    for_setup = connect()
+    for i in range(100):
+        for_setup.attach(machine(f"m{i:03d}", cpus=8, labels=("gpu",) if i % 2 else ()))
+    pool = redis.ConnectionPool(connection_class=CountingConnection, host="127.0.0.1", port=server.port)
+    placer = Placer(connect(client=redis.Redis(connection_pool=pool)))
+    for warm in ("any", "gpu"):  # the first claims read the inventories once
+        placer.release(placer.try_claim(Request(f"warm-{warm}", Resources(cpus=1), None if warm == "any" else warm)))
+    CountingConnection.sent.clear()
+    for i in range(20):
+        unlabelled = placer.try_claim(Request(f"a{i}", Resources(cpus=1)))
+        labelled = placer.try_claim(Request(f"g{i}", Resources(cpus=1), "gpu"))
+        assert isinstance(unlabelled, Grant) and isinstance(labelled, Grant)
+        assert labelled.queue_label == "gpu" and int(labelled.machine[1:]) % 2 == 1
+        placer.release(unlabelled)
+        placer.release(labelled)
+    assert CountingConnection.sent == ["EVALSHA"] * 80  # 40 claims, 40 give-backs, nothing else
+
+
+# -- the same choices as memory books -----------------------------------------------------------------
+
+FLEET = [machine("a", cpus=3, gpus=(0, 1), ram_mb=4000), machine("b", cpus=6, ram_mb=2000),
+         machine("c", cpus=2, gpus=(0,), ram_mb=8000, labels=("gpu",)), machine("d", cpus=4, labels=("big",))]
+steps = st.lists(st.one_of(
+    st.tuples(st.just("take"), st.integers(0, 3), st.integers(0, 1), st.sampled_from([0, 1000, 3000]),
+              st.sampled_from([None, ("a", "b"), ("b", "c", "d"), ("c",)])),
+    st.tuples(st.just("give"), st.integers(0, 30)),
+), max_size=30)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps)
+def test_redis_books_choose_exactly_as_memory_books_do(connect, ops) -> None:
+    redis_books, memory = connect(), MemoryBooks()
+    redis_books.redis.flushall()
+    for inventory in FLEET:
+        redis_books.attach(inventory)
+        memory.attach(inventory)
+    redis_books.inventories()  # what a placer reads before its first claim
+    held: list[tuple[Grant, Grant]] = []
+    for n, op in enumerate(ops):
+        if op[0] == "take":
+            _, cpus, gpus, ram_mb, candidates = op
+            want = Resources(cpus=cpus, gpus=gpus, ram_mb=ram_mb)
+            in_redis = redis_books.take_best(candidates, want, f"c{n}")
+            in_memory = memory.take_best(candidates, want, f"c{n}")
+            assert (in_redis and (in_redis.machine, in_redis.cpus, in_redis.gpus, in_redis.ram_mb)) == (
+                in_memory and (in_memory.machine, in_memory.cpus, in_memory.gpus, in_memory.ram_mb))
+            if in_redis is not None:
+                held.append((in_redis, in_memory))
+        elif held:
+            in_redis, in_memory = held.pop(op[1] % len(held))
+            assert redis_books.give(in_redis) is memory.give(in_memory) is True
+    assert {v.inventory.name: (v.free, v.free_gpus) for v in redis_books.machines()} == {
+        v.inventory.name: (v.free, tuple(v.free_gpus)) for v in memory.machines()}
+
+
+def test_preference_unlabelled_then_least_loaded_then_name(connect) -> None:
+    books = connect()
+    for inventory in (machine("a-gpu", cpus=32, labels=("gpu",)), machine("m2", cpus=4), machine("m1", cpus=2)):
+        books.attach(inventory)
+    books.inventories()
+    order = [books.take_best(None, Resources(cpus=1), f"c{i}").machine for i in range(7)]
+    # m1 (2 cpus) and m2 (4) tie when idle and at 1/2 (the name decides), else the less loaded goes.
+    assert order == ["m1", "m2", "m2", "m1", "m2", "m2", "a-gpu"]
+
+
+def test_a_retried_claim_gets_the_grant_it_has_charged_once(connect) -> None:
+    books = connect()
+    books.attach(machine("a", cpus=4, gpus=(0, 1)))
+    books.inventories()
+    first = books.take_best(None, Resources(cpus=2, gpus=1), "c1")
+    again = books.take_best(["a"], Resources(cpus=2, gpus=1), "c1")
+    assert again == first
+    assert free_cpus(books) == {"a": 2}
+    assert books.give(first) is True and books.give(again) is False
+    assert free_cpus(books) == {"a": 4}
+
+
+# -- racing placers ------------------------------------------------------------------------------------
+
+
+def test_two_placers_racing_for_the_last_cpu_never_both_get_it(connect) -> None:
+    one, other = connect(), connect()
+    one.attach(machine("box", cpus=1))
+    for books in (one, other):
+        books.inventories()
+    for round_ in range(30):
+        start = threading.Barrier(2)
+        won: list[Grant] = []
+
+        def take(books: RedisBooks, name: str) -> None:
+            start.wait()
+            grant = books.take_best(None, Resources(cpus=1), f"{name}-{round_}")
+            if grant is not None:
+                won.append(grant)
+
+        racers = [threading.Thread(target=take, args=(b, n)) for b, n in ((one, "one"), (other, "other"))]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join()
+        assert len(won) == 1, won
+        assert free_cpus(one) == {"box": 0}
+        assert other.give(won[0]) is True
+
+
+def test_many_placers_fill_a_machine_exactly(connect) -> None:
+    placers = [Placer(connect()) for _ in range(4)]
+    placers[0].attach(machine("box", cpus=5, gpus=(0, 1, 2)))
+    start = threading.Barrier(20)
+    outcomes: list[Grant | Waiting] = []
+
+    def claim(i: int) -> None:
+        start.wait()
+        outcomes.append(placers[i % 4].try_claim(Request(f"c{i}", Resources(cpus=1, gpus=i % 2))))
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    grants = [o for o in outcomes if isinstance(o, Grant)]
+    assert len(grants) == 5
+    gpu_ids = [gpu for grant in grants for gpu in grant.gpus]
+    assert len(gpu_ids) == len(set(gpu_ids)) <= 3
+    [box] = placers[1].books.machines()
+    assert box.free.cpus == 0 and box.calls == 5
+
+
+# -- machines attaching, dying, restarting --------------------------------------------------------------
+
+
+def test_a_dead_machine_picked_for_a_claim_is_detached_and_the_claim_planned_again(connect) -> None:
+    books = connect()
+    books.attach(machine("dead", cpus=8))          # idle and unlabelled: the placer's first choice
+    books.attach(machine("alive", cpus=8, labels=("gpu",)))
+    assert [i.name for i in books.inventories()] == ["alive", "dead"]
+    books.redis.delete(HEARTBEAT_KEY + "dead")     # its worker stopped beating and the key expired
+    with pytest.raises(MachinesChanged):
+        books.take_best(None, Resources(cpus=1), "c1")
+    assert books.redis.smembers(MACHINES_KEY) == {b"alive"}
+    assert not books.redis.exists(MACHINE_KEY + "dead")
+    assert books.redis.zscore(MACHINES_BY_LOAD_KEY, "dead") is None
+    assert [i.name for i in books.inventories(cached=True)] == ["alive"]  # refreshed on the way out
+    assert books.take_best(None, Resources(cpus=1), "c1").machine == "alive"
+
+
+def test_a_placer_skips_a_dead_machine_and_says_when_none_carries_the_label(connect) -> None:
+    books = connect()
+    placer = Placer(books)
+    placer.attach(machine("laptop", cpus=2))
+    placer.attach(machine("box", cpus=2, labels=("gpu",)))
+    assert placer.try_claim(Request("c0", Resources(cpus=1))).machine == "laptop"
+    books.redis.delete(HEARTBEAT_KEY + "laptop")
+    grant = placer.try_claim(Request("c1", Resources(cpus=1)))
+    assert isinstance(grant, Grant) and grant.machine == "box"
+    books.redis.delete(HEARTBEAT_KEY + "box")
+    outcome = placer.try_claim(Request("c2", Resources(cpus=1), "gpu"))
+    assert outcome == Waiting("waiting for a worker labelled 'gpu'", no_machine=True)
+    assert placer.machines() == [] and not placer.carries("gpu")
+
+
+def test_a_dead_machine_no_claim_picks_is_noticed_once_the_cache_is_older_than_the_heartbeat(connect) -> None:
+    books = connect(heartbeat_ttl_s=0.6)
+    books.attach(machine("idle", cpus=2))
+    books.attach(machine("busy", cpus=1))
+    books.inventories()
+    books.take_best(["busy"], Resources(cpus=1), "c1")
+    books.redis.delete(HEARTBEAT_KEY + "busy")
+    books.heartbeat(machine("idle", cpus=2))
+    assert [i.name for i in books.inventories(cached=True)] == ["busy", "idle"]  # young cache: no look
+    time.sleep(0.65)
+    books.heartbeat(machine("idle", cpus=2))
+    assert [i.name for i in books.inventories(cached=True)] == ["idle"]
+    assert books.redis.smembers(MACHINES_KEY) == {b"idle"}
+
+
+def test_a_machine_attached_by_another_process_is_used_by_the_next_claim(connect) -> None:
+    here, elsewhere = Placer(connect()), connect()
+    here.attach(machine("old", cpus=2))
+    assert here.try_claim(Request("c1", Resources(cpus=1))).machine == "old"  # old is half busy now
+    elsewhere.attach(machine("new", cpus=2))
+    # The cached plan is stale: the take refuses it, the placer reads the machines again, plans, takes.
+    assert here.try_claim(Request("c2", Resources(cpus=1))).machine == "new"
+    elsewhere.attach(machine("tpu-box", cpus=2, labels=("tpu",)))
+    grant = here.try_claim(Request("c3", Resources(cpus=1), "tpu"))
+    assert isinstance(grant, Grant) and (grant.machine, grant.queue_label) == ("tpu-box", "tpu")
+
+
+def test_a_new_label_attached_elsewhere_ends_a_no_machine_wait_at_once(connect) -> None:
+    here, elsewhere = Placer(connect()), connect()
+    here.attach(machine("laptop"))
+    assert here.try_claim(Request("c1", Resources(), "gpu")).no_machine is True
+    elsewhere.attach(machine("box", labels=("gpu",)))
+    assert here.try_claim(Request("c1", Resources(), "gpu")).machine == "box"
+    assert here.snapshot()["waiting"] == []
+
+
+def test_a_machine_that_restarted_loses_its_grants_and_grants_under_its_new_incarnation(connect) -> None:
+    here, worker = connect(), connect()
+    worker.attach(machine("box", cpus=2))
+    placer = Placer(here)
+    before = placer.try_claim(Request("c1", Resources(cpus=2)))
+    assert not placer.lost(before)
+    worker.attach(machine("box", cpus=2))  # the worker came back: books afresh, a new incarnation
+    current = here.redis.hget(MACHINE_KEY + "box", "incarnation").decode()
+    assert current != before.incarnation
+    assert placer.lost(before)
+    after = placer.try_claim(Request("c2", Resources(cpus=2)))
+    assert isinstance(after, Grant) and after.incarnation == current
+    assert placer.release(before) is False  # the void grant gives nothing back
+    assert free_cpus(here) == {"box": 0}
+
+
+def test_a_labelled_machine_attached_elsewhere_joins_the_plan_for_its_label(connect) -> None:
+    here, elsewhere = Placer(connect()), connect()
+    here.attach(machine("gpu-a", cpus=1, labels=("gpu",)))
+    assert here.try_claim(Request("c1", Resources(cpus=1), "gpu")).machine == "gpu-a"  # planned: [gpu-a]
+    elsewhere.attach(machine("gpu-b", cpus=1, labels=("gpu",)))
+    assert here.try_claim(Request("c2", Resources(cpus=1), "gpu")).machine == "gpu-b"
+
+
+def test_a_bigger_machine_attached_elsewhere_ends_clamping(connect) -> None:
+    here, elsewhere = Placer(connect()), connect()
+    here.attach(machine("small", cpus=4))
+    clamped = here.try_claim(Request("c1", Resources(cpus=8)))
+    assert clamped.cpus == 4 and clamped.clamped_from == Resources(cpus=8)
+    elsewhere.attach(machine("big", cpus=16))
+    grant = here.try_claim(Request("c2", Resources(cpus=8)))
+    assert (grant.machine, grant.cpus, grant.clamped_from) == ("big", 8, None)
+
+
+def test_a_redis_that_lost_its_data_is_noticed(connect) -> None:
+    here, elsewhere = Placer(connect()), connect()
+    here.attach(machine("old", labels=("gpu",)))
+    assert here.try_claim(Request("c1", Resources(), "gpu")).machine == "old"  # planned: [old]
+    elsewhere.redis.flushall()  # a restart without persistence: the generation counter starts again
+    elsewhere.attach(machine("new", labels=("gpu",)))
+    assert here.try_claim(Request("c2", Resources(), "gpu")).machine == "new"
+
+
+def test_machines_attached_by_an_older_fluksio_are_ranked_on_the_next_look(connect) -> None:
+    books = connect()
+    books.attach(machine("old", cpus=2))
+    books.redis.hdel(MACHINE_KEY + "old", "cpus", "labelled")  # as an older worker wrote its books
+    books.redis.zrem(MACHINES_BY_LOAD_KEY, "old")
+    books.inventories()
+    assert books.redis.zscore(MACHINES_BY_LOAD_KEY, "old") == 0
+    assert books.take_best(None, Resources(cpus=1), "c1").machine == "old"
+
+
+def test_prefer_falls_back_across_placers(connect) -> None:
+    here, elsewhere = Placer(connect()), connect()
+    here.attach(machine("laptop", cpus=16, ram_mb=64_000))
+    elsewhere.attach(machine("box", cpus=2, labels=("gpu",)))
+    grant = here.try_claim(Request("c1", Resources(cpus=8), "gpu", DevicePolicy.PREFER))
+    assert isinstance(grant, Grant) and grant.machine == "laptop" and grant.queue_label is None
+
+
+def test_snapshot_still_reads_every_machine(connect) -> None:
+    placer = Placer(connect())
+    placer.attach(machine("box", cpus=4, gpus=(2, 5), labels=("gpu",)))
+    grant = placer.try_claim(Request("c1", Resources(cpus=1, gpus=1), "gpu"))
+    [box] = placer.snapshot()["machines"]
+    assert box["free"] == {"cpus": 3, "gpus": 1, "ram_mb": 8000}
+    assert box["free_gpu_ids"] == [g for g in (2, 5) if g not in grant.gpus] and box["calls"] == 1
+    assert box["heartbeat_age_s"] is not None

@@ -31,8 +31,6 @@ WAITING_KEY = KEY_PREFIX + "waiting"
 CHANGES_CHANNEL = KEY_PREFIX + "placer-changes"
 #: LIST of messages for a run's driver: ``INBOX_KEY + run_id``.
 INBOX_KEY = KEY_PREFIX + "inbox:"
-#: A dispatched call's state (dispatched → running), deleted when settled: ``CALL_KEY + call_id``.
-CALL_KEY = KEY_PREFIX + "call:"
 #: Pub/sub channel of run and node events.
 EVENTS_CHANNEL = KEY_PREFIX + "events"
 #: STRING: id of a profile's outstanding machine request: ``PROVISION_SLOT_KEY + profile``.

@@ -373,11 +373,10 @@ class Driver:
         self.walk.start(node)
         self.in_flight[call_id] = (node, grant)
         try:
-            self.rt.ledger.dispatched(call_id)
             self.dispatch(call, queue_for(grant), f"{self.flow.name}.{node}")
         except Exception as exc:
+            # Giving the grant back (in _settle_failed) also voids any copy of the message that did get out.
             del self.in_flight[call_id]
-            self.rt.ledger.settle(call_id)
             self._settle_failed(call_id, node, grant, started=True, dispatched=False,
                                 error=f"could not send the call to the broker: {type(exc).__name__}: {exc}")
 
@@ -413,7 +412,6 @@ class Driver:
             if entry is None:
                 log.info("run %s: dropping a completion for %s, which is already settled", self.run_id, call_id)
                 return
-            self.rt.ledger.settle(call_id)
         node = message["node"]
         spec = self.flow.nodes[node]
         ok = message.get("status") == "ok"
@@ -509,9 +507,8 @@ class Driver:
         self.waiting.clear()
         self.queues.clear()
         for call_id, (node, grant) in list(self.in_flight.items()):
-            self.rt.ledger.settle(call_id)
             self.revoke(call_id)
-            # The call is killed (or never starts): its resources are free now.
+            # The call is killed (or never starts: its grant is void once given back); its resources are free.
             self.rt.placer.release(grant)
             self.walk.cancel(node)
             self._record_bare([node], NodeStatus.CANCELLED, "cancelled while running", grant)
@@ -548,7 +545,6 @@ class Driver:
     def _stop_calls(self) -> None:
         """Kill the calls in flight and give their resources back (the run is over for this driver)."""
         for call_id, (_node, grant) in list(self.in_flight.items()):
-            self.rt.ledger.settle(call_id)
             self.revoke(call_id)
             self.rt.placer.release(grant)
         self.in_flight.clear()

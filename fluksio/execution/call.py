@@ -56,9 +56,10 @@ def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
                                                 f"{grant.machine}; add its module or file to FLUKSIO_FLOWS there")
         _settle(runtime, run_id, grant, completion)
         return
-    if not runtime.ledger.start(call_id):
-        # A redelivery of a call its driver has already settled (retried elsewhere, cancelled).
-        log.warning("dropping call %s: it is already settled or running elsewhere", call_id)
+    if not runtime.placer.start(grant):
+        # A redelivery of a call that runs already, or that its driver settled (retried elsewhere,
+        # cancelled), or whose machine restarted since: its grant says so.
+        log.warning("dropping call %s: it is running already, or settled, or its grant is void", call_id)
         return
     runtime.events.publish("node_started", run_id=run_id, node=call["node"], machine=grant.machine,
                            gpus=list(grant.gpus), attempt=call["attempt"])

@@ -128,6 +128,17 @@ class Books(ABC):
         """
 
     @abstractmethod
+    def start(self, grant: Grant) -> bool:
+        """A worker is about to run the grant's call: ``True`` exactly once, and only while the grant is held.
+
+        The grant is the call's ledger entry. Redis redelivers an unacknowledged message when a
+        worker reconnects or comes back; by then the call may be running still, or its driver may
+        have settled it (given the grant back to retry it elsewhere, or to cancel it), or the
+        machine may have restarted (its grants void). In each case this answers ``False``, and the
+        copy is dropped: a call never runs twice.
+        """
+
+    @abstractmethod
     def give(self, grant: Grant) -> bool:
         """Return a grant's resources. Idempotent: a second give-back of the same grant does nothing."""
 

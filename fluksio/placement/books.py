@@ -21,6 +21,8 @@ class MachineBooks:
         self.free_gpus: list[int] = sorted(inventory.gpus)
         self.free_ram_mb = inventory.ram_mb
         self.grants: dict[str, Grant] = {}
+        #: Grants whose call a worker has started (see ``start``).
+        self.started: set[str] = set()
         #: Its place in ``backend.preference`` (lowest first); kept current by take and give, so that
         #: choosing among a thousand machines compares ready tuples instead of building them.
         self.rank = preference(self.labelled, inventory.cpus, self.free_cpus, inventory.name)
@@ -52,9 +54,17 @@ class MachineBooks:
         self._rerank()
         return grant
 
+    def start(self, grant_id: str) -> bool:
+        """Mark the grant's call started: ``True`` exactly once, and only while the grant is held."""
+        if grant_id not in self.grants or grant_id in self.started:
+            return False
+        self.started.add(grant_id)
+        return True
+
     def give(self, grant_id: str) -> bool:
         """Return a grant's resources. Giving an unknown or already-returned grant is a no-op."""
         grant = self.grants.pop(grant_id, None)
+        self.started.discard(grant_id)
         if grant is None:
             return False
         self.free_cpus += grant.cpus

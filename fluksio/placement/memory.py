@@ -78,6 +78,11 @@ class MemoryBooks(Books):
             self._held[grant_id] = best.inventory.name
             return grant
 
+    def start(self, grant: Grant) -> bool:
+        with self._lock:
+            books = self._books.get(grant.machine)
+            return books.start(grant.id) if books else False
+
     def give(self, grant: Grant) -> bool:
         with self._lock:
             books = self._books.get(grant.machine)

@@ -136,6 +136,10 @@ class Placer:
             self._noted.pop(call_id, None)
         self.books.forget_waiting(call_id)
 
+    def start(self, grant: Grant) -> bool:
+        """Whether a worker may run the grant's call now (see :meth:`Books.start`)."""
+        return self.books.start(grant)
+
     def release(self, grant: Grant) -> bool:
         return self.books.give(grant)
 

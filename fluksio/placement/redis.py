@@ -192,6 +192,20 @@ return 1
 """
 
 
+# KEYS[1]: the machine's grants hash. ARGV[1]: grant id. Returns 1 the first time the grant's call starts
+# while the grant is held; 0 when it was given back (or voided by the machine attaching again) or has
+# started already.
+_START = """
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if not held then return 0 end
+local g = cjson.decode(held)
+if g.started then return 0 end
+g.started = true
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(g))
+return 1
+"""
+
+
 def _ids(text: str | bytes | None) -> tuple[int, ...]:
     if isinstance(text, bytes):
         text = text.decode()
@@ -223,6 +237,7 @@ class RedisBooks(Books):
         self._look = client.register_script(_LOOK)
         self._take_best = client.register_script(_TAKE_BEST)
         self._give = client.register_script(_GIVE)
+        self._start = client.register_script(_START)
         #: The inventories claims are planned on; see ``inventories``. ``None`` until first read.
         self._cache: _Cache | None = None
         #: Candidate lists → their JSON for the take script; see ``ENCODED_CANDIDATES_KEPT``.
@@ -369,6 +384,9 @@ class RedisBooks(Books):
                 self._encoded = {}  # lists of machines long gone: start afresh
             encoded = self._encoded[names] = json.dumps(names)
         return encoded
+
+    def start(self, grant: Grant) -> bool:
+        return bool(self._start(keys=[GRANTS_KEY + grant.machine], args=[grant.id]))
 
     def give(self, grant: Grant) -> bool:
         return bool(self._give(keys=_KEYS, args=[*_PREFIXES, grant.machine, grant.id, CHANGES_CHANNEL]))

@@ -18,7 +18,6 @@ from fluksio.placement.placer import Placer
 from fluksio.provisioners.base import Provisioner
 from fluksio.runs.events import Events, MemoryEvents, RedisEvents
 from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
-from fluksio.runs.ledger import CallLedger, MemoryLedger, RedisLedger
 from fluksio.schemas import Inventory
 from fluksio.settings import Settings, redact_url
 from fluksio.store.db import Database
@@ -34,7 +33,6 @@ class Runtime:
     registry: FlowRegistry
     placer: Placer
     inbox: Inbox
-    ledger: CallLedger
     events: Events
     #: The machine this process's node worker is, if it runs one.
     machine: str = field(default_factory=socket.gethostname)
@@ -53,14 +51,14 @@ class Runtime:
         db = _database(settings)
         machine = settings.machine_name or socket.gethostname()
         runtime = cls(settings=settings, db=db, artifacts=LocalArtifactStore(settings.artifacts_dir),
-                      registry=_registry(settings), placer=Placer(), inbox=MemoryInbox(), ledger=MemoryLedger(),
+                      registry=_registry(settings), placer=Placer(), inbox=MemoryInbox(),
                       events=MemoryEvents(), machine=machine)
         runtime.placer.attach(local_inventory(settings, machine))
         return runtime
 
     @classmethod
     def distributed(cls, settings: Settings, machine: str | None = None) -> Runtime:
-        """Books, inboxes, the call ledger and events in the broker's Redis; shared by every host."""
+        """Books, inboxes and events in the broker's Redis; shared by every host."""
         import redis
         from redis.backoff import ExponentialBackoff
         from redis.exceptions import AuthenticationError
@@ -89,7 +87,7 @@ class Runtime:
         placer = Placer(books, provisioner_shapes=provisioner.shapes() if provisioner else ())
         return cls(settings=settings, db=_database(settings), artifacts=LocalArtifactStore(settings.artifacts_dir),
                    registry=_registry(settings), placer=placer, inbox=RedisInbox(client),
-                   ledger=RedisLedger(client), events=RedisEvents(client),
+                   events=RedisEvents(client),
                    machine=machine or settings.machine_name or socket.gethostname(), redis=client,
                    provisioner=provisioner)
 
@@ -98,7 +96,7 @@ class Runtime:
         """Just the store, artifacts and flows: for a child process that runs one node call."""
         return cls(settings=settings, db=Database(settings.database_url, outage_s=settings.db_outage_s),
                    artifacts=LocalArtifactStore(settings.artifacts_dir), registry=_registry(settings),
-                   placer=Placer(), inbox=MemoryInbox(), ledger=MemoryLedger(), events=MemoryEvents())
+                   placer=Placer(), inbox=MemoryInbox(), events=MemoryEvents())
 
     def stop_driving(self) -> None:
         """Tell every driver in this process to hand its run over, and wake them to hear it."""

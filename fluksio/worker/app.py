@@ -29,7 +29,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # A call is acknowledged when it ends, so a worker that dies mid-call leaves it on the broker.
         "task_acks_late": True,
         "task_reject_on_worker_lost": False,
-        # After a broker reconnect, keep calls running: a redelivered copy is dropped by the call ledger.
+        # After a broker reconnect, keep calls running: a redelivered copy is dropped (its grant says it started).
         "worker_cancel_long_running_tasks_on_connection_loss": False,
         "worker_prefetch_multiplier": 1,
         # Drivers learn of completions through their inbox; nothing reads Celery results.

@@ -70,24 +70,32 @@ def celery_app(cluster: Cluster, serializer: str) -> Celery:
     return app
 
 
-def arm_call(cluster: Cluster, call_id: str) -> None:
-    """Make the ledger expect the call, so that only the worker's own checks can stop it."""
+def arm_call(cluster: Cluster, call_id: str) -> dict:
+    """Hold a grant for the call on safe-1, as its driver would, so that only the worker's own checks can
+    stop it. Returns the grant as a call message carries it."""
     import redis
 
-    redis.Redis.from_url(cluster.redis.url).set(f"fluksio:call:{call_id}", "dispatched", ex=600)
+    from fluksio.placement.placer import Placer, Request, Waiting
+    from fluksio.placement.redis import RedisBooks
+    from fluksio.schemas import Resources
+
+    books = RedisBooks(redis.Redis.from_url(cluster.redis.url), heartbeat_ttl_s=10)
+    grant = Placer(books).try_claim(Request(call_id, Resources(cpus=1)))
+    assert not isinstance(grant, Waiting), grant
+    return grant.model_dump(mode="json")
 
 
-def forged_call(flow: str, node: str, call_id: str, inputs: dict) -> dict:
+def forged_call(flow: str, node: str, call_id: str, inputs: dict, grant: dict) -> dict:
     return {"call_id": call_id, "run_id": "01FORGEDRUN0000000000000000"[:26], "flow": flow, "node": node,
-            "attempt": 1, "inputs": inputs, "grant": {"id": call_id, "machine": "safe-1", "cpus": 1, "gpus": []}}
+            "attempt": 1, "inputs": inputs, "grant": grant}
 
 
 def test_a_pickled_message_on_a_fluksio_queue_is_refused_never_executed(secured: Cluster) -> None:
     call_id = "forged.pickle.1"
-    arm_call(secured, call_id)
+    grant = arm_call(secured, call_id)
     app = celery_app(secured, "pickle")
     app.send_task("fluksio.call", kwargs={"call": forged_call("marked", "leave_mark", call_id,
-                                                              {"tag": "pickled"})},
+                                                              {"tag": "pickled"}, grant)},
                   queue="default@safe-1")
     log = wait_for_log(secured, "safe-1", "Refusing to deserialize untrusted content of type pickle")
     time.sleep(1.0)
@@ -98,11 +106,11 @@ def test_a_pickled_message_on_a_fluksio_queue_is_refused_never_executed(secured:
 def test_a_forged_call_naming_an_unregistered_module_is_refused_and_logged(secured: Cluster,
                                                                           tmp_path: Path) -> None:
     call_id = "forged.system.1"
-    arm_call(secured, call_id)
+    grant = arm_call(secured, call_id)
     target = tmp_path / "pwned"
     app = celery_app(secured, "json")
     app.send_task("fluksio.call", kwargs={"call": forged_call("os:system", "system", call_id,
-                                                              {"command": f"touch {target}"})},
+                                                              {"command": f"touch {target}"}, grant)},
                   queue="default@safe-1")
     wait_for_log(secured, "safe-1", f"refusing call {call_id}: flow 'os:system' is not registered")
     time.sleep(0.5)

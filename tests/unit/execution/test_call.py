@@ -22,7 +22,6 @@ def runtime_with_one_machine(tmp_path: Path) -> Runtime:
 def test_a_call_naming_a_flow_not_registered_here_fails_and_gives_its_grant_back(tmp_path: Path) -> None:
     runtime = runtime_with_one_machine(tmp_path)
     grant = runtime.placer.try_claim(Request("r.n.1", Resources(cpus=1)))
-    runtime.ledger.dispatched("r.n.1")
     execute_call(runtime, {"call_id": "r.n.1", "run_id": "r", "flow": "elsewhere", "node": "n", "attempt": 1,
                            "inputs": {}, "grant": grant.model_dump(mode="json")})
     completion = runtime.inbox.pop("r", timeout=1)
@@ -41,7 +40,6 @@ def test_a_node_returning_a_nul_character_fails_with_a_message(tmp_path: Path) -
 
     runtime.registry.register(flow)
     grant = runtime.placer.try_claim(Request("r.text.1", Resources(cpus=1)))
-    runtime.ledger.dispatched("r.text.1")
     execute_call(runtime, {"call_id": "r.text.1", "run_id": "r", "flow": "nul", "node": "text", "attempt": 1,
                            "inputs": {}, "grant": grant.model_dump(mode="json")})
     completion = runtime.inbox.pop("r", timeout=1)

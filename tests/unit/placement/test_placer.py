@@ -493,3 +493,45 @@ def test_drivers_sharing_a_placer_from_threads_never_over_commit_and_keep_the_wa
     retried = [placer.try_claim(req(cid)) for cid in sorted(set(outcomes) - granted)]
     assert sum(isinstance(o, Grant) for o in retried) == 5
     assert len(placer.snapshot()["waiting"]) == 2
+
+
+# -- a grant is its call's ledger entry ------------------------------------------------------------
+
+
+def test_a_held_grants_call_starts_exactly_once():
+    placer = placer_with(machine("m", cpus=2))
+    grant = placer.try_claim(req("c1"))
+    assert isinstance(grant, Grant)
+    assert placer.start(grant) is True
+    assert placer.start(grant) is False  # a redelivered copy while the call runs is dropped
+
+
+def test_a_call_whose_grant_was_given_back_never_starts():
+    # The driver settled it (retried elsewhere, cancelled) before the message reached a worker.
+    placer = placer_with(machine("m", cpus=2))
+    grant = placer.try_claim(req("c1"))
+    placer.release(grant)
+    assert placer.start(grant) is False
+
+
+def test_a_call_that_finished_never_starts_again():
+    placer = placer_with(machine("m", cpus=2))
+    grant = placer.try_claim(req("c1"))
+    assert placer.start(grant) is True
+    placer.release(grant)  # the worker gives the grant back when the call ends
+    assert placer.start(grant) is False
+
+
+def test_a_call_granted_before_its_machine_attached_again_never_starts():
+    placer = placer_with(machine("m", cpus=2))
+    grant = placer.try_claim(req("c1"))
+    placer.attach(machine("m", cpus=2))  # the worker restarted: grants of its earlier start are void
+    assert placer.start(grant) is False
+    other = placer.try_claim(req("c2"))
+    assert isinstance(other, Grant) and placer.start(other) is True
+
+
+def test_a_grant_nobody_made_never_starts():
+    placer = placer_with(machine("m", cpus=2))
+    assert placer.start(Grant(id="forged", machine="m", cpus=1)) is False
+    assert placer.start(Grant(id="forged", machine="nowhere", cpus=1)) is False

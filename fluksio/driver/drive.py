@@ -39,8 +39,15 @@ log = logging.getLogger(__name__)
 Dispatch = Callable[[dict[str, Any], str, str], None]
 #: ``revoke(call_id)`` kills a dispatched call (or stops it from starting).
 Revoke = Callable[[str], None]
-#: Most completions a driver takes from its inbox in one go (and writes in one transaction).
+#: Most completions a driver takes from its inbox in one go.
 DRAIN_LIMIT = 500
+#: While calls are still running, finished nodes that make nothing new ready are journaled together:
+#: at most this many rows wait for one transaction, …
+WRITE_BATCH_ROWS = 200
+#: … and none waits longer than this, in seconds. A driver that dies loses at most this much finished
+#: work, which resuming its run does again. (A node's row is always written before anything that
+#: depends on it is sent, and before the run ends.)
+WRITE_DELAY_S = 0.05
 
 
 def queue_for(grant: Grant) -> str:
@@ -185,6 +192,8 @@ class Driver:
         #: Rows of nodes that finished (or were restored from the cache) since the last write, with their
         #: artifacts and the ``node_finished`` events to publish once they are written.
         self._unwritten: list[tuple[RunNode, list[RunArtifact], dict[str, Any] | None]] = []
+        #: ``time.monotonic()`` when the oldest unwritten row came, in seconds.
+        self._unwritten_since = 0.0
         #: ``node_finished`` events of rows written, published once the next calls are on their way.
         self._unannounced: list[dict[str, Any]] = []
         #: This process is shutting down: the run was left for another driver.
@@ -244,7 +253,8 @@ class Driver:
         next_lease = time.monotonic() + settings.lease_interval_s
         next_check = time.monotonic() + settings.heartbeat_interval_s
         while True:
-            self._write_rows()  # what finished is journaled before anything is sent on from it
+            if self._rows_due():
+                self._write_rows()  # what finished is journaled before anything is sent on from it
             if self.rt.stopping.is_set() and not self.cancelled:
                 self.handed_over = True
                 return
@@ -254,7 +264,10 @@ class Driver:
             self._announce_finished()
             if self.cancelled or self.walk.drained:
                 return
-            timeout = max(0.0, min(next_lease, next_check) - time.monotonic())
+            wake_at = min(next_lease, next_check)
+            if self._unwritten:
+                wake_at = min(wake_at, self._unwritten_since + WRITE_DELAY_S)
+            timeout = max(0.0, wake_at - time.monotonic())
             message = self.rt.inbox.pop(self.run_id, timeout=timeout)
             now = time.monotonic()
             if now >= next_check:
@@ -291,15 +304,19 @@ class Driver:
         return f"{self.run_id}{drive}.{node}.{self.attempts.get(node, 1)}"
 
     def _schedule(self) -> None:
+        restored = False
         while fresh := self.walk.take_fresh():
             for node in fresh:
-                if not self._restore_from_cache(node):
+                if self._restore_from_cache(node):
+                    restored = True
+                else:
                     spec = self.flow.nodes[node]
                     key = (spec.resources, spec.device, spec.device_policy)
                     self.queues.setdefault(key, deque()).append(node)
                     if key in self.waiting:  # joins a queue that waits: it waits for the same reason
                         self._announce(node, self.waiting[key])
-        self._write_rows()  # rows restored from the cache, in one transaction
+        if restored:
+            self._write_rows()  # rows restored from the cache, in one transaction, before their dependents go
         for key, queue in self.queues.items():
             while queue and self._place(queue[0], key):
                 queue.popleft()
@@ -325,7 +342,7 @@ class Driver:
         if hit is None:
             return False
         now = run_rows.utcnow()
-        self._unwritten.append((RunNode(
+        self._journal((RunNode(
             run_id=self.run_id, node=node, attempt=1, status=NodeStatus.CACHED.value, started_at=now,
             finished_at=now, duration_ms=0, cache_key=key, outputs=hit.outputs, cached_from=hit.run_id,
         ), [], {"node": node, "status": NodeStatus.CACHED.value, "cached_from": hit.run_id}))
@@ -435,7 +452,7 @@ class Driver:
                         media_type=a.get("media_type") or "application/octet-stream", name=a.get("name"))
             for a in (message.get("artifacts") or [])
         ] if ok else []
-        self._unwritten.append((row, artifacts, {"node": node, "status": row.status, "machine": row.machine,
+        self._journal((row, artifacts, {"node": node, "status": row.status, "machine": row.machine,
                                                  "attempt": row.attempt, "error": row.error}))
         if ok:
             self.walk.complete(node, message.get("outputs") or {})
@@ -447,6 +464,19 @@ class Driver:
             self.walk.retry(node)
             return
         self._record_bare(self.walk.fail(node), NodeStatus.SKIPPED, f"skipped: upstream node {node!r} failed")
+
+    def _journal(self, entry: tuple[RunNode, list[RunArtifact], dict[str, Any] | None]) -> None:
+        if not self._unwritten:
+            self._unwritten_since = time.monotonic()
+        self._unwritten.append(entry)
+
+    def _rows_due(self) -> bool:
+        """Whether the rows waiting must be written now (see ``WRITE_DELAY_S``)."""
+        if not self._unwritten:
+            return False
+        return (self.walk.has_fresh or not self.in_flight or self.cancelled or self.rt.stopping.is_set()
+                or len(self._unwritten) >= WRITE_BATCH_ROWS
+                or time.monotonic() - self._unwritten_since >= WRITE_DELAY_S)
 
     def _write_rows(self) -> None:
         """Journal the rows collected since the last write in one transaction (announced after that)."""
@@ -488,11 +518,12 @@ class Driver:
                      grant: Grant | None = None) -> None:
         """Rows for nodes that never ran (or were killed); written with the next batch of rows."""
         now = run_rows.utcnow()
-        self._unwritten.extend((RunNode(
-            run_id=self.run_id, node=node, attempt=self.attempts.get(node, 1), status=status.value,
-            machine=grant.machine if grant else None, gpus=list(grant.gpus) if grant else [],
-            finished_at=now, error=error,
-        ), [], None) for node in nodes)
+        for node in nodes:
+            self._journal((RunNode(
+                run_id=self.run_id, node=node, attempt=self.attempts.get(node, 1), status=status.value,
+                machine=grant.machine if grant else None, gpus=list(grant.gpus) if grant else [],
+                finished_at=now, error=error,
+            ), [], None))
 
     # -- endings --------------------------------------------------------------------------------
 

@@ -53,6 +53,11 @@ class Walk:
         """Pending nodes whose inputs are all available, in topological order."""
         return sorted(self._ready, key=self.position.__getitem__)
 
+    @property
+    def has_fresh(self) -> bool:
+        """Whether some node became ready (or is to be retried) since the last ``take_fresh``."""
+        return bool(self._fresh)
+
     def take_fresh(self) -> list[str]:
         """Nodes that became ready since the last call (each returned once), in the order they did."""
         fresh, self._fresh = self._fresh, []

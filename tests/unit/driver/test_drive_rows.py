@@ -7,6 +7,7 @@ driver's own writes.
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timezone
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from sqlalchemy import event
 
 from fluksio import Flow, Settings
-from fluksio.driver.drive import drive
+from fluksio.driver.drive import WRITE_DELAY_S, drive
 from fluksio.runs.inbox import DONE
 from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import submit_run
@@ -45,25 +46,31 @@ def node_inserts(runtime):
     event.remove(runtime.db.write_engine, "before_cursor_execute", before)
 
 
-def drive_instantly(runtime: Runtime, flow: Flow, failing: frozenset[str] = frozenset()) -> str:
+def answer(runtime: Runtime, flow: Flow, call: dict[str, Any], ok: bool = True) -> None:
+    """What a worker does when the call ends: give the grant back, tell the driver."""
+    grant = Grant.model_validate(call["grant"])
+    runtime.placer.release(grant)
+    now = datetime.now(timezone.utc).isoformat()
+    runtime.inbox.push(call["run_id"], {
+        "kind": DONE, "call_id": call["call_id"], "node": call["node"], "attempt": call["attempt"],
+        "status": "ok" if ok else "error", "error": None if ok else "ValueError: no",
+        "machine": grant.machine, "gpus": [], "started_at": now, "finished_at": now,
+        "outputs": {m: 0 for m in flow.nodes[call["node"]].provides} if ok else None,
+        "artifacts": [], "logs": "",
+    })
+
+
+def drive_with(runtime: Runtime, flow: Flow, dispatch: Any) -> str:
     run, _ = submit_run(runtime.db, runtime.registry, runtime.artifacts, flow, engine="embedded", params={},
                         no_cache=True, embedded_machines=runtime.placer.machines())
-
-    def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
-        grant = Grant.model_validate(call["grant"])
-        runtime.placer.release(grant)
-        now = datetime.now(timezone.utc).isoformat()
-        ok = call["node"] not in failing
-        runtime.inbox.push(call["run_id"], {
-            "kind": DONE, "call_id": call["call_id"], "node": call["node"], "attempt": call["attempt"],
-            "status": "ok" if ok else "error", "error": None if ok else "ValueError: no",
-            "machine": grant.machine, "gpus": [], "started_at": now, "finished_at": now,
-            "outputs": {m: 0 for m in flow.nodes[call["node"]].provides} if ok else None,
-            "artifacts": [], "logs": "",
-        })
-
     drive(runtime, run.id, dispatch, lambda _call_id: None)
     return run.id
+
+
+def drive_instantly(runtime: Runtime, flow: Flow, failing: frozenset[str] = frozenset()) -> str:
+    """Drive the flow with a worker that answers every call the moment it is sent."""
+    return drive_with(runtime, flow, lambda call, _queue, _display: answer(
+        runtime, flow, call, ok=call["node"] not in failing))
 
 
 def hop(previous: int | None = None) -> int:
@@ -125,3 +132,28 @@ def test_a_failure_in_a_batch_skips_its_dependents_and_keeps_the_other_rows(runt
     assert run.status == "error"
     assert "b" in run.status_reason
     assert {r.node: r.status for r in node_rows(runtime.db, run_id)} == {"a": "ok", "b": "error", "c": "skipped"}
+
+
+def test_rows_of_finished_calls_wait_briefly_for_company_while_others_run(runtime, node_inserts):
+    flow = fanout(10)
+    rows_when_the_last_ended: list[int] = []
+    run_ids: list[str] = []
+
+    def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
+        run_ids.append(call["run_id"])
+        if call["node"] != "n9":
+            answer(runtime, flow, call)
+            return
+
+        def finish_late() -> None:  # the slow call ends well after the others' rows were due
+            rows_when_the_last_ended.append(len(node_rows(runtime.db, call["run_id"])))
+            answer(runtime, flow, call)
+
+        threading.Timer(WRITE_DELAY_S * 6, finish_late).start()
+
+    run_id = drive_with(runtime, flow, dispatch)
+    assert get_run(runtime.db, run_id).status == "ok"
+    # Nine rows in one transaction (within WRITE_DELAY_S, while n9 still ran), then n9's own.
+    assert node_inserts == [9, 1]
+    assert rows_when_the_last_ended == [9]
+    assert len(node_rows(runtime.db, run_id)) == 10

@@ -73,7 +73,8 @@ class Settings(BaseSettings):
     broker_outage_s: float = Field(default=60.0, ge=0)
     #: Resume abandoned runs automatically (else they stay ``abandoned`` until `fluksio resume`).
     auto_resume: bool = False
-    #: Idle poll of kombu's memory transport, in seconds (its default, 1 s, costs a second per hop).
+    #: Longest an embedded worker waits for a message before running Celery's pending acknowledgements,
+    #: in seconds. (It wakes at once when a message comes; kombu's default poll, 1 s, cost a second per hop.)
     memory_polling_interval_s: float = Field(default=0.001, gt=0)
     #: Captured logs kept per node call, in characters.
     log_limit_chars: int = Field(default=64_000, ge=0)

@@ -11,8 +11,9 @@
   performs acknowledgements only between two drains, and a drain waits up to 2 s when the
   prefetch window is full: untuned, a backed-up queue moves one prefetch window per 2 s.)
 
-Each side runs in a fresh child process of its own (two idle 1-ms pollers in one process would
-slow each other down), does one warm-up run of each shape, then ``--repeat`` runs of each.
+Each side runs in a fresh child process of its own (the other side's idle workers, raw Celery's
+polling every 1 ms, would slow it down), does one warm-up run of each shape, then ``--repeat`` runs
+of each.
 
 Cold start: wall time from starting ``fluksio run bench_flows.py:bench_cold`` until its only node
 starts (the node writes the time), with an empty ``.fluksio`` folder and again with the store
@@ -41,16 +42,9 @@ FANOUT_TARGET = 0.7
 RAW_POLL_S = 0.001
 
 
-def child_fluksio(length: int, width: int, repeat: int, cpus: int,
-                  drain_ms: float | None = None) -> dict[str, list[float]]:
+def child_fluksio(length: int, width: int, repeat: int, cpus: int) -> dict[str, list[float]]:
     from benchmarks.bench_flows import chain, fanout
     from fluksio import Settings, connect
-
-    if drain_ms is not None:
-        import fluksio.worker.embedded
-
-        # A what-if, set at run time in this child only: fluksio's source is not changed.
-        fluksio.worker.embedded.DRAIN_TIMEOUT_S = drain_ms / 1000
 
     flows = {"chain": chain(length), "fanout": fanout(width)}
     with tempfile.TemporaryDirectory(prefix="fluksio-bench-") as workdir:
@@ -131,14 +125,11 @@ def _repeat(once, repeat: int) -> dict[str, list[float]]:  # type: ignore[no-unt
     return samples
 
 
-def run_child(side: str, length: int, width: int, repeat: int, cpus: int,
-              drain_ms: float | None = None) -> dict[str, list[float]]:
+def run_child(side: str, length: int, width: int, repeat: int, cpus: int) -> dict[str, list[float]]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         env = harness.child_env(FLUKSIO_CONFIG=str(Path(out.name).with_suffix(".no-such.toml")))
         command = [sys.executable, __file__, "--child", side, "--chain", str(length), "--fanout", str(width),
                    "--repeat", str(repeat), "--cpus", str(cpus), "--child-out", out.name]
-        if drain_ms is not None:
-            command += ["--what-if-drain-ms", str(drain_ms)]
         subprocess.run(command, env=env, check=True, timeout=harness.RUN_TIMEOUT_S * (2 + 2 * repeat),
                        stdin=subprocess.DEVNULL)
         return json.loads(Path(out.name).read_text())
@@ -170,16 +161,11 @@ def import_s() -> float:
     return float(out.strip().splitlines()[-1]) - started
 
 
-def measure(length: int, width: int, repeat: int, cpus: int, budget_s: float,
-            drain_ms: float | None = None) -> list[Figure]:
+def measure(length: int, width: int, repeat: int, cpus: int, budget_s: float) -> list[Figure]:
     harness.progress(f"embedded fluksio: chain of {length}, fan-out of {width}, {repeat} repeat(s)")
     ours = run_child("fluksio", length, width, repeat, cpus)
     harness.progress("raw Celery on memory://")
     theirs = run_child("celery", length, width, repeat, cpus)
-    what_if = None
-    if drain_ms is not None:
-        harness.progress(f"what-if: embedded fluksio with its drain timeout at {drain_ms:g} ms")
-        what_if = run_child("fluksio", length, width, repeat, cpus, drain_ms)
     harness.progress("cold start of `fluksio run`")
     first_fresh, first_warm, exit_warm = [], [], []
     with tempfile.TemporaryDirectory(prefix="fluksio-bench-cold-") as root:
@@ -218,17 +204,6 @@ def measure(length: int, width: int, repeat: int, cpus: int, budget_s: float,
                harness.median(imports) * 1000, samples=[s * 1000 for s in imports],
                note="part of every cold start"),
     ]
-    if what_if is not None:
-        label = f"what-if: DRAIN_TIMEOUT_S = {drain_ms:g} ms (set at run time)"
-        hop_ms = [s / length * 1000 for s in what_if["chain"]]
-        rates = [width / s for s in what_if["fanout"]]
-        figures[2:2] = [
-            Figure("chain (embedded)", f"{length} nodes, {label}", "ms per hop", harness.median(hop_ms),
-                   harness.median(hop["c"]), "raw Celery memory:// (1 ms poll)", samples=hop_ms),
-            Figure("fan-out (embedded)", f"{width} nodes, {label}", "calls/s", harness.median(rates),
-                   harness.median(rate["c"]), "raw Celery memory:// (1 ms poll)", higher_is_better=True,
-                   samples=rates),
-        ]
     return figures
 
 
@@ -237,9 +212,6 @@ def main() -> None:
     parser.add_argument("--chain", type=int, default=200)
     parser.add_argument("--fanout", type=int, default=1000)
     parser.add_argument("--cpus", type=int, default=2, help="node slots (threads) of each side (default 2)")
-    parser.add_argument("--what-if-drain-ms", type=float, metavar="MS",
-                        help="also run fluksio with its embedded drain timeout set to MS at run time "
-                             "(fluksio.worker.embedded.DRAIN_TIMEOUT_S; default 100 ms)")
     parser.add_argument("--child", choices=["fluksio", "celery"], help=argparse.SUPPRESS)
     parser.add_argument("--child-out", help=argparse.SUPPRESS)
     harness.add_common_arguments(parser)
@@ -249,13 +221,12 @@ def main() -> None:
         args.chain, args.fanout, args.repeat = 20, 50, 1
     if args.child:
         if args.child == "fluksio":
-            result = child_fluksio(args.chain, args.fanout, args.repeat, args.cpus, args.what_if_drain_ms)
+            result = child_fluksio(args.chain, args.fanout, args.repeat, args.cpus)
         else:
             result = child_celery(args.chain, args.fanout, args.repeat, args.cpus)
         Path(args.child_out).write_text(json.dumps(result))
         return
-    harness.emit_figures(measure(args.chain, args.fanout, args.repeat, args.cpus, args.budget_s,
-                                 args.what_if_drain_ms), args.json)
+    harness.emit_figures(measure(args.chain, args.fanout, args.repeat, args.cpus, args.budget_s), args.json)
 
 
 if __name__ == "__main__":

@@ -3,20 +3,18 @@
     .venv/bin/pip install py-spy                 # not a dependency of fluksio; for this script only
     .venv/bin/python benchmarks/profile_hot_path.py [--seconds 20] [--out DIR] [WORKLOAD ...]
 
-Workloads (default: all but the ``-quick-drain`` ones):
+Workloads (default: all of them):
 
 * ``embedded-chain`` / ``embedded-fanout``: runs of ``bench_chain_200`` / ``bench_fanout_1000`` on the
   embedded default, back to back, in a child process sampled by ``py-spy record``;
-* ``embedded-fanout-quick-drain``: the same fan-out with the embedded worker's drain timeout set to
-  1 ms at run time (fluksio's code is not changed): what the fan-out costs once that wait is gone;
 * ``redis-chain``: chains on a real Redis installation (``fluksio worker --drivers``), sampling the
   worker, its prefork pool and its drivers process together (``--subprocesses``).
 
 Only the thread holding the GIL is sampled (``py-spy --gil``), so the percentages are shares of
-the Python CPU time of the sampled processes, not of the wall time: time a hop spends waiting (a
-poll interval, a drain timeout, a lock) shows up in the benchmarks, not here. For each workload this
-prints the fluksio functions with the largest inclusive share, and the share of each package at
-the top of the stack (self time). The raw collapsed stacks are kept in ``--out``.
+the Python CPU time of the sampled processes, not of the wall time: time a hop spends waiting (for
+a message, on a lock, between the client's status polls) shows up in the benchmarks, not here. For
+each workload this prints the fluksio functions with the largest inclusive share, and the share of
+each package at the top of the stack (self time). The raw collapsed stacks are kept in ``--out``.
 """
 
 from __future__ import annotations
@@ -35,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import harness  # noqa: E402
 
-WORKLOADS = ["embedded-chain", "embedded-fanout", "redis-chain", "embedded-fanout-quick-drain"]
-DEFAULT_WORKLOADS = WORKLOADS[:3]
+WORKLOADS = ["embedded-chain", "embedded-fanout", "redis-chain"]
+DEFAULT_WORKLOADS = WORKLOADS
 #: Samples per second asked of py-spy.
 RATE = 200
 FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
@@ -52,14 +50,10 @@ def py_spy() -> str:
 # -- what the sampled processes run --------------------------------------------------------------
 
 
-def run_embedded(shape: str, seconds: float, quick_drain: bool) -> None:
+def run_embedded(shape: str, seconds: float) -> None:
     from benchmarks.bench_flows import chain, fanout
     from fluksio import Settings, connect
 
-    if quick_drain:
-        import fluksio.worker.embedded as embedded
-
-        embedded.DRAIN_TIMEOUT_S = 0.001  # what-if, at run time only
     flow = chain(200) if shape == "chain" else fanout(1000)
     with tempfile.TemporaryDirectory(prefix="fluksio-profile-") as workdir:
         settings = Settings(broker_url="memory://", database_url=f"sqlite:///{workdir}/fluksio.db",
@@ -79,8 +73,6 @@ def profile_embedded(workload: str, seconds: float, out: Path) -> Path:
     target = out / f"{workload}.txt"
     command = [py_spy(), "record", "--gil", "--rate", str(RATE), "--format", "raw", "--output", str(target), "--",
                sys.executable, __file__, "--run", shape, "--seconds", str(seconds)]
-    if "quick-drain" in workload:
-        command.append("--quick-drain")
     subprocess.run(command, check=True, timeout=seconds * 3 + 120, env=harness.child_env(),
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     return target
@@ -183,11 +175,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="folder for the collapsed stacks (default: a new temporary one)")
     parser.add_argument("--top", type=int, default=25, help="fluksio functions listed per workload")
     parser.add_argument("--run", choices=["chain", "fanout"], help=argparse.SUPPRESS)
-    parser.add_argument("--quick-drain", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     harness.isolate()
     if args.run:
-        run_embedded(args.run, args.seconds, args.quick_drain)
+        run_embedded(args.run, args.seconds)
         return
     out = args.out or Path(tempfile.mkdtemp(prefix="fluksio-profile-"))
     out.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 #: Per benchmark: extra arguments in the default mode and in ``--full`` mode (``--smoke`` passes ``--smoke``).
 BENCHMARKS: dict[str, dict[str, list[str]]] = {
     "celery_redis": {"default": [], "full": []},
-    "embedded": {"default": ["--what-if-drain-ms", "1"], "full": ["--what-if-drain-ms", "1"]},
+    "embedded": {"default": [], "full": []},
     "placer": {"default": [], "full": []},
     "emissions": {"default": [], "full": []},
     "submit": {"default": [], "full": []},

@@ -16,14 +16,19 @@ from fluksio.driver.drive import drive
 class CallSender:
     """Sends one driver's node calls: one producer on a connection of its own, for the whole run.
 
-    Celery's ``send_task`` takes a producer from its pool and binds the target queue to its channel
-    for every message; here both are done once (measured on the memory transport: 103 µs a send
-    through the pool, 53 µs with a held producer and bound queues). A driver cannot keep a pooled
-    producer instead: a run may last hours, and the pool is shared with every other driver.
+    ``app.send_task`` takes a producer from Celery's pool, routes the call, binds the target queue to
+    the producer's channel and looks up the calling task for every message. A driver sends to few
+    queues from one task, so here that is done once, and each call goes out through Celery's own
+    message API (``amqp.create_task_message`` and ``send_task_message``: the same message, the same
+    publish signals and retries). Measured on the memory transport: 103 µs a send through
+    ``send_task``, 31 µs here. (A driver cannot keep a pooled producer instead: a run may last hours,
+    and the pool is shared with every other driver.)
     """
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, drive_id: str | None = None) -> None:
         self.app = app
+        #: The drive task's id: Flower shows the calls as its children.
+        self.drive_id = drive_id
         self._connection = app.connection_for_write()
         self._producer = app.amqp.Producer(self._connection, auto_declare=False)
         self._queues: dict[str, Queue] = {}
@@ -32,9 +37,14 @@ class CallSender:
         # What logs, events and Flower show of the call: who it is, not its inputs (Celery would
         # otherwise repr the whole call, inputs and all, for every message it sends).
         shown = {key: call[key] for key in ("call_id", "run_id", "node", "attempt")}
-        self.app.send_task(CALL_TASK, kwargs={"call": call}, queue=self._queue(queue), task_id=call["call_id"],
-                           shadow=display, argsrepr="()", kwargsrepr=repr({"call": shown}),
-                           producer=self._producer)
+        amqp = self.app.amqp
+        message = amqp.create_task_message(
+            call["call_id"], CALL_TASK, (), {"call": call}, create_sent_event=self.app.conf.task_send_sent_event,
+            root_id=self.drive_id, parent_id=self.drive_id, shadow=display, ignore_result=True,
+            argsrepr="()", kwargsrepr=repr({"call": shown}),
+        )
+        with self._connection._reraise_as_library_errors():
+            amqp.send_task_message(self._producer, CALL_TASK, message, queue=self._queue(queue))
 
     def _queue(self, name: str) -> Queue:
         """Celery's queue of that name, bound to the producer's channel (again after a reconnection)."""
@@ -66,7 +76,7 @@ def register_drive_task(app: Celery, interrupt_local: Callable[[str], object] | 
         def requeue(queued_run_id: str) -> None:
             self.app.send_task(DRIVE_TASK, args=[queued_run_id], shadow="drive (handed over)")
 
-        sender = CallSender(self.app)
+        sender = CallSender(self.app, self.request.id)
         try:
             drive(runtime, run_id, sender.send, revoke, requeue)
         finally:

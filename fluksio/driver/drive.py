@@ -17,21 +17,21 @@ from datetime import datetime
 from typing import Any
 
 from fluksio.constants import DEFAULT_LABEL
+from fluksio.driver.journal import Journal
+from fluksio.driver.waiting import ask_for_machine, wait_for_labels
 from fluksio.driver.walk import NodeState, Walk
 from fluksio.errors import FluksioError, RunNotFound
 from fluksio.flows.flow import Flow
 from fluksio.flows.source import code_digest
-from fluksio.placement.clamp import clamp
 from fluksio.placement.placer import Request, Waiting
 from fluksio.runs.cache import lookup
 from fluksio.runs.cache_key import cache_key, cacheable
 from fluksio.runs.inbox import CANCEL, DONE
 from fluksio.runs.runtime import Runtime
-from fluksio.schemas import DevicePolicy, Grant, NodeStatus, Resources, RunStatus
+from fluksio.schemas import Grant, NodeStatus, RunStatus
 from fluksio.settings import redact_url
 from fluksio.store import runs as run_rows
 from fluksio.store.models import RunArtifact, RunNode
-from fluksio.store.nodes import record_nodes
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +41,6 @@ Dispatch = Callable[[dict[str, Any], str, str], None]
 Revoke = Callable[[str], None]
 #: Most completions a driver takes from its inbox in one go.
 DRAIN_LIMIT = 500
-#: While calls are still running, finished nodes that make nothing new ready are journaled together:
-#: at most this many rows wait for one transaction, …
-WRITE_BATCH_ROWS = 200
-#: … and none waits longer than this, in seconds. A driver that dies loses at most this much finished
-#: work, which resuming its run does again. (A node's row is always written before anything that
-#: depends on it is sent, and before the run ends.)
-WRITE_DELAY_S = 0.05
 
 
 def queue_for(grant: Grant) -> str:
@@ -78,7 +71,7 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
     except FluksioError as exc:
         run_rows.transition(db, run_id, RunStatus.ERROR, status_reason=str(exc), finished_at=run_rows.utcnow())
         return
-    if not _wait_for_labels(runtime, run_id, flow):
+    if not wait_for_labels(runtime, run_id, flow):
         if runtime.stopping.is_set() and requeue is not None:
             requeue(run_id)  # still queued: another driver takes over the wait
         return  # cancelled, claimed elsewhere, or handed over while it waited
@@ -95,67 +88,6 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
         run_rows.resume(runtime.db, run_id)
         runtime.inbox.close(run_id)
         requeue(run_id)
-
-
-def missing_labels(runtime: Runtime, flow: Flow) -> list[str]:
-    """Labels that ``require`` nodes ask for and no live machine carries."""
-    wanted = {n.device for n in flow.nodes.values() if n.device and n.device_policy is DevicePolicy.REQUIRE}
-    carried = {label for m in runtime.placer.machines() for label in (m.name, *m.labels)}
-    return sorted(wanted - carried)
-
-
-def ask_for_machine(runtime: Runtime, resources: Resources, device: str | None, why: str) -> str | None:
-    """Ask a provisioner for a machine that could take the call; what became of the ask, in words."""
-    provisioner = runtime.provisioner
-    if provisioner is None:
-        return None
-    # Clamp against the shapes a cluster could start, as the placer does against attached machines.
-    shapes = [shape for shape, labels in provisioner.shapes() if device is None or device in labels]
-    wanted, _warning = clamp(resources, shapes)
-    profile = provisioner.covers(wanted, device)
-    if profile is None:
-        return None
-    try:
-        return provisioner.request(profile, why).describe(time.time())
-    except FluksioError as exc:  # a cluster that cannot be asked is a reason to show, not a failed run
-        return f"could not ask for a machine: {exc}"
-
-
-def _wait_for_labels(runtime: Runtime, run_id: str, flow: Flow) -> bool:
-    """Keep the run ``queued`` (saying why) until every label it requires is carried by some machine.
-
-    Returns ``False`` when the run stopped being queued meanwhile (cancelled, or claimed elsewhere).
-    """
-    missing = missing_labels(runtime, flow)
-    if not missing:
-        return True
-    wake = lambda: runtime.inbox.wake(run_id)  # noqa: E731
-    runtime.placer.add_listener(wake)
-    runtime.driving.add(run_id)
-    try:
-        said = None
-        while missing:
-            if runtime.stopping.is_set():
-                return False
-            reason = "Waiting for a worker labelled " + " and ".join(repr(label) for label in missing)
-            for label in missing:
-                needs = [n for n in flow.nodes.values() if n.device == label]
-                asked = ask_for_machine(runtime, needs[0].resources, label, f"run {run_id}") if needs else None
-                if asked:
-                    reason = f"{reason}; {asked}"
-            if reason != said:
-                run_rows.set_reason(runtime.db, run_id, reason)
-                runtime.events.publish("run_queued", run_id=run_id, flow=flow.name, reason=reason)
-                said = reason
-            runtime.inbox.pop(run_id, timeout=runtime.settings.lease_interval_s)
-            run_rows.touch_queued(runtime.db, run_id)  # held by a driver: not a lost hand-over
-            if run_rows.get_run(runtime.db, run_id).status != RunStatus.QUEUED.value:
-                return False
-            missing = missing_labels(runtime, flow)
-        return True
-    finally:
-        runtime.driving.discard(run_id)
-        runtime.placer.remove_listener(wake)
 
 
 class Driver:
@@ -189,13 +121,8 @@ class Driver:
         #: Per node, the attempt number this drive started from (a resumed run continues the count).
         self.first_attempt: dict[str, int] = {}
         self.lost_run = False
-        #: Rows of nodes that finished (or were restored from the cache) since the last write, with their
-        #: artifacts and the ``node_finished`` events to publish once they are written.
-        self._unwritten: list[tuple[RunNode, list[RunArtifact], dict[str, Any] | None]] = []
-        #: ``time.monotonic()`` when the oldest unwritten row came, in seconds.
-        self._unwritten_since = 0.0
-        #: ``node_finished`` events of rows written, published once the next calls are on their way.
-        self._unannounced: list[dict[str, Any]] = []
+        #: Rows of nodes that finished (or were restored from the cache, skipped, cancelled).
+        self.journal = Journal(runtime.db, runtime.events, run_id)
         #: This process is shutting down: the run was left for another driver.
         self.handed_over = False
         self._restore_earlier_rows()
@@ -226,8 +153,8 @@ class Driver:
         self.rt.driving.add(self.run_id)
         try:
             self._loop()
-            self._write_rows()
-            self._announce_finished()
+            self.journal.write()
+            self.journal.announce()
             if self.handed_over:
                 self._stop_calls()
                 run_rows.finish(self.rt.db, self.run_id, RunStatus.ABANDONED,
@@ -254,19 +181,17 @@ class Driver:
         next_check = time.monotonic() + settings.heartbeat_interval_s
         while True:
             if self._rows_due():
-                self._write_rows()  # what finished is journaled before anything is sent on from it
+                self.journal.write()  # what finished is journaled before anything is sent on from it
             if self.rt.stopping.is_set() and not self.cancelled:
                 self.handed_over = True
                 return
             if not self.cancelled:
                 self._schedule()
             # Watchers can wait a moment for their events; the next node should not wait for them.
-            self._announce_finished()
+            self.journal.announce()
             if self.cancelled or self.walk.drained:
                 return
-            wake_at = min(next_lease, next_check)
-            if self._unwritten:
-                wake_at = min(wake_at, self._unwritten_since + WRITE_DELAY_S)
+            wake_at = min(next_lease, next_check, self.journal.due_at() or next_check)
             timeout = max(0.0, wake_at - time.monotonic())
             message = self.rt.inbox.pop(self.run_id, timeout=timeout)
             now = time.monotonic()
@@ -316,7 +241,7 @@ class Driver:
                     if key in self.waiting:  # joins a queue that waits: it waits for the same reason
                         self._announce(node, self.waiting[key])
         if restored:
-            self._write_rows()  # rows restored from the cache, in one transaction, before their dependents go
+            self.journal.write()  # rows restored from the cache, in one transaction, before their dependents go
         for key, queue in self.queues.items():
             while queue and self._place(queue[0], key):
                 queue.popleft()
@@ -342,10 +267,10 @@ class Driver:
         if hit is None:
             return False
         now = run_rows.utcnow()
-        self._journal((RunNode(
+        self.journal.add(RunNode(
             run_id=self.run_id, node=node, attempt=1, status=NodeStatus.CACHED.value, started_at=now,
             finished_at=now, duration_ms=0, cache_key=key, outputs=hit.outputs, cached_from=hit.run_id,
-        ), [], {"node": node, "status": NodeStatus.CACHED.value, "cached_from": hit.run_id}))
+        ), event={"node": node, "status": NodeStatus.CACHED.value, "cached_from": hit.run_id})
         self.walk.start(node)
         self.walk.complete(node, hit.outputs)
         return True
@@ -452,8 +377,8 @@ class Driver:
                         media_type=a.get("media_type") or "application/octet-stream", name=a.get("name"))
             for a in (message.get("artifacts") or [])
         ] if ok else []
-        self._journal((row, artifacts, {"node": node, "status": row.status, "machine": row.machine,
-                                                 "attempt": row.attempt, "error": row.error}))
+        self.journal.add(row, artifacts, {"node": node, "status": row.status, "machine": row.machine,
+                                          "attempt": row.attempt, "error": row.error})
         if ok:
             self.walk.complete(node, message.get("outputs") or {})
             return
@@ -465,34 +390,11 @@ class Driver:
             return
         self._record_bare(self.walk.fail(node), NodeStatus.SKIPPED, f"skipped: upstream node {node!r} failed")
 
-    def _journal(self, entry: tuple[RunNode, list[RunArtifact], dict[str, Any] | None]) -> None:
-        if not self._unwritten:
-            self._unwritten_since = time.monotonic()
-        self._unwritten.append(entry)
-
     def _rows_due(self) -> bool:
-        """Whether the rows waiting must be written now (see ``WRITE_DELAY_S``)."""
-        if not self._unwritten:
-            return False
-        return (self.walk.has_fresh or not self.in_flight or self.cancelled or self.rt.stopping.is_set()
-                or len(self._unwritten) >= WRITE_BATCH_ROWS
-                or time.monotonic() - self._unwritten_since >= WRITE_DELAY_S)
-
-    def _write_rows(self) -> None:
-        """Journal the rows collected since the last write in one transaction (announced after that)."""
-        if not self._unwritten:
-            return
-        unwritten = self._unwritten
-        record_nodes(self.rt.db, [row for row, _, _ in unwritten],
-                     [artifact for _, artifacts, _ in unwritten for artifact in artifacts])
-        self._unwritten = []
-        self._unannounced.extend(event for _, _, event in unwritten if event is not None)
-
-    def _announce_finished(self) -> None:
-        """Publish ``node_finished`` for rows already written (a watcher that reads the row finds it)."""
-        announced, self._unannounced = self._unannounced, []
-        for event in announced:
-            self.rt.events.publish("node_finished", run_id=self.run_id, **event)
+        """Whether the rows collected must be written now: something depends on them, nothing else is
+        running (no company is coming), the run is ending, or they have waited long enough."""
+        return self.journal.due() or (self.journal.waiting and (
+            self.walk.has_fresh or not self.in_flight or self.cancelled or self.rt.stopping.is_set()))
 
     def _check_machines(self) -> None:
         """A call whose machine died (or restarted) will never report: settle it as lost."""
@@ -519,11 +421,11 @@ class Driver:
         """Rows for nodes that never ran (or were killed); written with the next batch of rows."""
         now = run_rows.utcnow()
         for node in nodes:
-            self._journal((RunNode(
+            self.journal.add(RunNode(
                 run_id=self.run_id, node=node, attempt=self.attempts.get(node, 1), status=status.value,
                 machine=grant.machine if grant else None, gpus=list(grant.gpus) if grant else [],
                 finished_at=now, error=error,
-            ), [], None))
+            ))
 
     # -- endings --------------------------------------------------------------------------------
 
@@ -583,7 +485,7 @@ class Driver:
     def _abort(self, reason: str) -> None:
         self._stop_calls()
         try:  # rows of nodes that finished before the failure are worth keeping, if the store takes them
-            self._write_rows()
+            self.journal.write()
         except Exception:
             log.exception("could not record the finished nodes of run %s", self.run_id)
         try:

@@ -15,7 +15,8 @@ import pytest
 from sqlalchemy import event
 
 from fluksio import Flow, Settings
-from fluksio.driver.drive import WRITE_DELAY_S, drive
+from fluksio.driver.drive import drive
+from fluksio.driver.journal import WRITE_DELAY_S
 from fluksio.runs.inbox import DONE
 from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import submit_run

@@ -199,7 +199,9 @@ class Client:
 
     def placement(self) -> dict[str, Any]:
         """Every machine (total, free, labels, calls, heartbeat), what waits and why, and the provisioners."""
-        snapshot = self.runtime.placer.snapshot()
+        # A driver keeps its waiting calls on the list once per lease interval; one that has not for as
+        # long as a lease takes to go stale is dead, and so are its entries.
+        snapshot = self.runtime.placer.snapshot(stale_after_s=self.settings.stale_after_s)
         if self.runtime.provisioner is not None:
             snapshot["provisioners"] = self.runtime.provisioner.status()
         return snapshot

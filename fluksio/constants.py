@@ -27,6 +27,8 @@ GRANTS_KEY = KEY_PREFIX + "grants:"
 HEARTBEAT_KEY = KEY_PREFIX + "heartbeat:"
 #: HASH call id → why it waits.
 WAITING_KEY = KEY_PREFIX + "waiting"
+#: HASH call id → when its driver last said it still waits (seconds since the epoch).
+WAITING_SEEN_KEY = KEY_PREFIX + "waiting-seen"
 #: Pub/sub channel announcing every give-back and attach, so waiting drivers wake.
 CHANGES_CHANNEL = KEY_PREFIX + "placer-changes"
 #: LIST of messages for a run's driver: ``INBOX_KEY + run_id``.

@@ -210,6 +210,9 @@ class Driver:
                 if cancel:
                     self._cancel()
                     continue
+                # Still alive, still waiting: `fluksio placer` drops waiting calls nobody keeps.
+                self.rt.placer.keep_waiting([self._call_id(queue[0])
+                                             for key, queue in self.queues.items() if key in self.waiting and queue])
             if message is None:
                 continue
             messages = [message]

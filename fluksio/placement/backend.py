@@ -85,8 +85,11 @@ class WaitingCall:
     run_id: str | None
     node: str | None
     reason: str
+    #: When the call began to wait, in seconds since the epoch.
     since: float
     extra: dict[str, Any] = field(default_factory=dict)
+    #: When its driver last said it still waits (``keep_waiting``), in seconds since the epoch.
+    seen_at: float = 0.0
 
 
 class Books(ABC):
@@ -149,13 +152,20 @@ class Books(ABC):
     # -- who waits, and why (for `fluksio placer`) ------------------------------------------------
 
     @abstractmethod
-    def note_waiting(self, waiting: WaitingCall) -> None: ...
+    def note_waiting(self, waiting: WaitingCall) -> None:
+        """List the call as waiting, for the reason given (keeping ``since`` if it was listed already)."""
+
+    @abstractmethod
+    def keep_waiting(self, call_ids: Sequence[str], now: float) -> None:
+        """The calls' driver is alive and they still wait: their entries are fresh as of ``now``."""
 
     @abstractmethod
     def forget_waiting(self, call_id: str) -> None: ...
 
     @abstractmethod
-    def waiting(self) -> list[WaitingCall]: ...
+    def waiting(self, stale_after_s: float | None = None) -> list[WaitingCall]:
+        """The calls listed as waiting. With ``stale_after_s``, entries nobody kept for that long (their
+        driver died without taking them off the list) are dropped, from the books too."""
 
     # -- change notifications ---------------------------------------------------------------------
 

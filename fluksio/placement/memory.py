@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 
@@ -102,14 +103,25 @@ class MemoryBooks(Books):
             known = self._waiting.get(waiting.call_id)
             if known is not None:
                 waiting.since = known.since
+            waiting.seen_at = max(waiting.seen_at, waiting.since)
             self._waiting[waiting.call_id] = waiting
+
+    def keep_waiting(self, call_ids: Sequence[str], now: float) -> None:
+        with self._lock:
+            for call_id in call_ids:
+                if call_id in self._waiting:
+                    self._waiting[call_id].seen_at = now
 
     def forget_waiting(self, call_id: str) -> None:
         with self._lock:
             self._waiting.pop(call_id, None)
 
-    def waiting(self) -> list[WaitingCall]:
+    def waiting(self, stale_after_s: float | None = None) -> list[WaitingCall]:
         with self._lock:
+            if stale_after_s is not None:
+                oldest = time.time() - stale_after_s
+                for call_id in [c for c, w in self._waiting.items() if w.seen_at < oldest]:
+                    del self._waiting[call_id]
             return list(self._waiting.values())
 
     def on_change(self, callback: Callable[[], None]) -> None:

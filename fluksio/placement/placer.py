@@ -130,6 +130,10 @@ class Placer:
                 self.books.forget_waiting(request.call_id)
         return outcome
 
+    def keep_waiting(self, call_ids: Sequence[str]) -> None:
+        """The calls still wait, and their driver is alive: keep them on the list (see ``snapshot``)."""
+        self.books.keep_waiting(call_ids, time.time())
+
     def forget(self, call_id: str) -> None:
         """Stop listing a call as waiting (its run ended or it was placed)."""
         with self._lock:
@@ -236,7 +240,12 @@ class Placer:
 
     # -- visibility -----------------------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, stale_after_s: float | None = None) -> dict[str, Any]:
+        """Machines, what waits and why, and provisioner shapes, for ``fluksio placer``.
+
+        With ``stale_after_s``, a waiting call its driver has not kept on the list for that long (the
+        driver died; see ``keep_waiting``) is dropped rather than shown waiting forever.
+        """
         now = time.time()
         return {
             "machines": [
@@ -254,7 +263,7 @@ class Placer:
             ],
             "waiting": [
                 {"run_id": w.run_id, "node": w.node, "reason": w.reason, "waiting_s": round(now - w.since, 1)}
-                for w in sorted(self.books.waiting(), key=lambda w: w.since)
+                for w in sorted(self.books.waiting(stale_after_s), key=lambda w: w.since)
             ],
             "provisioners": [{"shape": s.model_dump(), "labels": list(labels)}
                              for s, labels in self.provisioner_shapes],

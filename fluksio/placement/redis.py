@@ -42,6 +42,7 @@ from fluksio.constants import (
     MACHINES_GENERATION_KEY,
     MACHINES_KEY,
     WAITING_KEY,
+    WAITING_SEEN_KEY,
 )
 from fluksio.placement.backend import Books, MachinesChanged, MachineView, WaitingCall
 from fluksio.schemas import Grant, Inventory, Resources
@@ -206,6 +207,23 @@ return 1
 """
 
 
+# KEYS: waiting hash, waiting-seen hash. ARGV[1]: the oldest mark still fresh (seconds since the epoch);
+# [2..]: call ids. Takes each call off the list when it is still not kept since then, or no longer listed.
+_PRUNE_WAITING = """
+local oldest = tonumber(ARGV[1])
+for i = 2, #ARGV do
+  local body = redis.call('HGET', KEYS[1], ARGV[i])
+  local seen = redis.call('HGET', KEYS[2], ARGV[i])
+  local at = tonumber(seen) or (body and cjson.decode(body).since)
+  if not body or (at and at < oldest) then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    redis.call('HDEL', KEYS[2], ARGV[i])
+  end
+end
+return 0
+"""
+
+
 def _ids(text: str | bytes | None) -> tuple[int, ...]:
     if isinstance(text, bytes):
         text = text.decode()
@@ -238,6 +256,7 @@ class RedisBooks(Books):
         self._take_best = client.register_script(_TAKE_BEST)
         self._give = client.register_script(_GIVE)
         self._start = client.register_script(_START)
+        self._prune_waiting = client.register_script(_PRUNE_WAITING)
         #: The inventories claims are planned on; see ``inventories``. ``None`` until first read.
         self._cache: _Cache | None = None
         #: Candidate lists → their JSON for the take script; see ``ENCODED_CANDIDATES_KEPT``.
@@ -415,18 +434,42 @@ class RedisBooks(Books):
         known = self.redis.hget(WAITING_KEY, waiting.call_id)
         if known is not None:
             waiting.since = json.loads(known)["since"]
-        self.redis.hset(WAITING_KEY, waiting.call_id, json.dumps({
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(WAITING_KEY, waiting.call_id, json.dumps({
             "run_id": waiting.run_id, "node": waiting.node, "reason": waiting.reason, "since": waiting.since,
         }))
+        pipe.hset(WAITING_SEEN_KEY, waiting.call_id, max(waiting.seen_at, time.time()))
+        pipe.execute()
+
+    def keep_waiting(self, call_ids: Sequence[str], now: float) -> None:
+        if call_ids:
+            self.redis.hset(WAITING_SEEN_KEY, mapping=dict.fromkeys(call_ids, now))
 
     def forget_waiting(self, call_id: str) -> None:
-        self.redis.hdel(WAITING_KEY, call_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hdel(WAITING_KEY, call_id)
+        pipe.hdel(WAITING_SEEN_KEY, call_id)
+        pipe.execute()
 
-    def waiting(self) -> list[WaitingCall]:
-        calls = []
-        for call_id, body in self.redis.hgetall(WAITING_KEY).items():
+    def waiting(self, stale_after_s: float | None = None) -> list[WaitingCall]:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hgetall(WAITING_KEY)
+        pipe.hgetall(WAITING_SEEN_KEY)
+        bodies, seen = pipe.execute()
+        oldest = None if stale_after_s is None else time.time() - stale_after_s
+        calls, stale = [], []
+        for raw_id, body in bodies.items():
             data = json.loads(body)
-            calls.append(WaitingCall(call_id.decode(), data["run_id"], data["node"], data["reason"], data["since"]))
+            seen_at = float(seen.get(raw_id, data["since"]))
+            if oldest is not None and seen_at < oldest:
+                stale.append(raw_id)  # its driver died with the call on the list: nobody keeps it any more
+                continue
+            calls.append(WaitingCall(raw_id.decode(), data["run_id"], data["node"], data["reason"], data["since"],
+                                     seen_at=seen_at))
+        # Marks of calls no longer listed (kept just as they were taken off) go too.
+        stale += [raw_id for raw_id in seen if raw_id not in bodies]
+        if stale:  # checked again inside the script: a driver may have kept one meanwhile
+            self._prune_waiting(keys=[WAITING_KEY, WAITING_SEEN_KEY], args=[oldest or 0, *stale])
         return calls
 
     # -- change notifications ---------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 from fluksio.placement.memory import MemoryBooks
@@ -535,3 +536,41 @@ def test_a_grant_nobody_made_never_starts():
     placer = placer_with(machine("m", cpus=2))
     assert placer.start(Grant(id="forged", machine="m", cpus=1)) is False
     assert placer.start(Grant(id="forged", machine="nowhere", cpus=1)) is False
+
+
+# -- a driver that died leaves no call waiting forever ---------------------------------------------
+
+
+def waiting_nodes(placer: Placer, stale_after_s: float | None = None) -> list[str]:
+    return [w["node"] for w in placer.snapshot(stale_after_s=stale_after_s)["waiting"]]
+
+
+def test_a_waiting_call_nobody_keeps_is_dropped_once_stale():
+    placer = placer_with(machine("m", cpus=1))
+    assert isinstance(placer.try_claim(req("busy")), Grant)
+    assert isinstance(placer.try_claim(req("kept")), Waiting)
+    assert isinstance(placer.try_claim(req("orphan")), Waiting)
+    time.sleep(0.3)
+    placer.keep_waiting(["kept"])  # its driver is alive; the orphan's died
+    assert sorted(waiting_nodes(placer, stale_after_s=0.2)) == ["kept"]
+    assert waiting_nodes(placer) == ["kept"]  # the orphan is gone from the books, not only from the view
+
+
+def test_without_a_stale_limit_every_waiting_call_is_listed():
+    placer = placer_with(machine("m", cpus=1))
+    placer.try_claim(req("busy"))
+    placer.try_claim(req("a"))
+    time.sleep(0.05)
+    assert waiting_nodes(placer) == ["a"]
+    assert waiting_nodes(placer, stale_after_s=60) == ["a"]
+
+
+def test_keeping_a_call_that_no_longer_waits_lists_nothing():
+    placer = placer_with(machine("m", cpus=1))
+    grant = placer.try_claim(req("busy"))
+    placer.try_claim(req("a"))
+    placer.release(grant)
+    assert isinstance(placer.try_claim(req("a")), Grant)  # taken off the list
+    placer.keep_waiting(["a"])  # a driver's keep racing with the grant
+    assert waiting_nodes(placer, stale_after_s=60) == []
+    assert waiting_nodes(placer) == []

@@ -61,7 +61,12 @@ class CallSender:
 def register_drive_task(app: Celery, interrupt_local: Callable[[str], object] | None = None) -> None:
     """Register the drive task. ``interrupt_local`` stops a call running on a thread of this process
     (the embedded default); without it, calls are revoked through Celery and their processes killed."""
-    @app.task(name=DRIVE_TASK, bind=True, shared=False, ignore_result=True, acks_late=True)
+    # Acknowledged as a driver takes it (DESIGN: "a run is acknowledged when claimed"; its row is the
+    # truth from then on). Held unacknowledged for a whole run instead, the message would come back
+    # after the broker's visibility timeout (1 h on Redis) to a second driver while the first still
+    # drives. A drive lost between this acknowledgement and the claim leaves the run queued with no
+    # driver: the lease sweeper hands it over again (see runs/lease.py).
+    @app.task(name=DRIVE_TASK, bind=True, shared=False, ignore_result=True, acks_late=False)
     def drive_task(self: Any, run_id: str) -> None:
         runtime = self.app.fluksio_runtime
 

@@ -218,6 +218,26 @@ def test_a_repeated_run_is_restored_from_the_cache_across_processes(client: Clie
     assert len(list(cluster.marks.glob("cached-dist.*"))) == 1
 
 
+def test_a_drive_is_acknowledged_when_taken_and_a_running_call_only_when_it_ends(client: Client,
+                                                                                 cluster: Cluster) -> None:
+    import json
+
+    import redis
+
+    from fluksio.constants import CALL_TASK, DRIVE_TASK
+
+    run = client.submit(flows.stuck, {"tag": "acked"})
+    wait_for_mark(cluster, "acked")
+    # kombu's Redis transport keeps each delivered, unacknowledged message in its "unacked" hash.
+    held = [json.loads(raw)[0]["headers"]["task"]
+            for raw in redis.Redis.from_url(cluster.redis.url).hvals("unacked")]
+    client.cancel(run.id)
+    assert run.wait(timeout=15).status is RunStatus.CANCELLED
+    # The call stays on the broker until it ends (a machine that dies leaves it there); the drive went
+    # when its driver took it, else the broker would hand it to a second driver after its visibility timeout.
+    assert CALL_TASK in held and DRIVE_TASK not in held, held
+
+
 def test_cancel_kills_a_call_stuck_in_a_long_sleep(client: Client, cluster: Cluster) -> None:
     import os
 

@@ -164,7 +164,7 @@ def test_200_submits_from_8_processes_all_finish_with_no_duplicate_or_lost_rows(
                                          .where(RunMetric.run_id.in_(ids)))
     compass.add("runs lost", lost)
     compass.add("rows duplicated", node_rows - distinct)
-    assert lost == 0
+    assert lost == 0, sorted({(r.status.value, r.status_reason) for r in records if r.status is not RunStatus.OK})
     assert node_rows == distinct == 200
     assert metric_rows == 200 * 10
     compass.add("faults survived")

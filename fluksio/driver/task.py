@@ -43,8 +43,9 @@ class CallSender:
             root_id=self.drive_id, parent_id=self.drive_id, shadow=display, ignore_result=True,
             argsrepr="()", kwargsrepr=repr({"call": shown}),
         )
-        with self._connection._reraise_as_library_errors():
-            amqp.send_task_message(self._producer, CALL_TASK, message, queue=self._queue(queue))
+        # A broker error surfaces as the transport's own (redis-py's, say): the driver ends the call as
+        # one that could not be sent, whichever library raised it.
+        amqp.send_task_message(self._producer, CALL_TASK, message, queue=self._queue(queue))
 
     def _queue(self, name: str) -> Queue:
         """Celery's queue of that name, bound to the producer's channel (again after a reconnection)."""

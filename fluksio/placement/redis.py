@@ -1,6 +1,6 @@
 """Books in Redis, shared by every driver on every host.
 
-A claim is one Lua script (``_TAKE_BEST``) and one round trip, whatever the
+A claim is one Lua script (``scripts.TAKE_BEST``) and one round trip, whatever the
 number of machines: the script walks the machines in the placer's preference
 order — kept ready in a sorted set, re-ranked by every take and give-back —
 takes on the first the placer allowed that has the resources free, and stops.
@@ -34,7 +34,6 @@ import redis
 
 from fluksio.constants import (
     CHANGES_CHANNEL,
-    GRANT_MACHINE_KEY,
     GRANTS_KEY,
     HEARTBEAT_KEY,
     MACHINE_KEY,
@@ -44,6 +43,7 @@ from fluksio.constants import (
     WAITING_KEY,
     WAITING_SEEN_KEY,
 )
+from fluksio.placement import redis_scripts as scripts
 from fluksio.placement.backend import Books, MachinesChanged, MachineView, WaitingCall
 from fluksio.schemas import Grant, Inventory, Resources
 
@@ -52,176 +52,6 @@ log = logging.getLogger(__name__)
 #: Candidate lists encoded for the take script, kept per list (the placer reuses its lists until the
 #: machines change); past this many the memo starts afresh.
 ENCODED_CANDIDATES_KEPT = 256
-
-# Every script below takes the same keys and first arguments.
-# KEYS: [1] machines set, [2] generation counter, [3] machines by preference (zset), [4] grant id → machine.
-# ARGV: [1..3] machine hash, grants hash and heartbeat key prefixes. Machine names are only known inside
-# a script, so its per-machine keys are built there: fine on one Redis server, not on a Redis Cluster.
-# The scripts write after reading non-deterministic replies (SMEMBERS): Redis 5 or later replicates their
-# effects, not the scripts, which makes that safe.
-_KEYS = [MACHINES_KEY, MACHINES_GENERATION_KEY, MACHINES_BY_LOAD_KEY, GRANT_MACHINE_KEY]
-_PREFIXES = [MACHINE_KEY, GRANTS_KEY, HEARTBEAT_KEY]
-
-# detach: remove a machine's books (and its grants from the grant index); the generation moves only
-# when it was attached, so that two placers finding the same dead machine do not make everyone re-read.
-# rank: a machine's place in backend.preference as one number — labelled machines after all others
-# (+ 2), then by load (cpus in use / cpus, 0..1); the sorted set orders equal ranks by name (bytewise,
-# as Python orders str). Machines without the cpus/labelled fields are left unranked, never picked.
-_HELPERS = """
-local function detach(name)
-  for _, id in ipairs(redis.call('HKEYS', ARGV[2] .. name)) do redis.call('HDEL', KEYS[4], id) end
-  redis.call('DEL', ARGV[1] .. name, ARGV[2] .. name, ARGV[3] .. name)
-  redis.call('ZREM', KEYS[3], name)
-  if redis.call('SREM', KEYS[1], name) == 1 then redis.call('INCR', KEYS[2]) end
-end
-local function rank(name, labelled, cpus, free_cpus)
-  cpus = tonumber(cpus)
-  if not cpus or not labelled then return end
-  local load = (cpus - tonumber(free_cpus)) / cpus
-  redis.call('ZADD', KEYS[3], string.format('%.17g', (labelled == '1' and 2 or 0) + load), name)
-end
-"""
-
-# ARGV[4]: machine name. Returns the grants it held (id, body, id, body …) and removes its books.
-_LEAVE = _HELPERS + """
-local held = redis.call('HGETALL', ARGV[2] .. ARGV[4])
-detach(ARGV[4])
-return held
-"""
-
-# ARGV[4]: the generation the caller has cached ('' for none). Detaches every machine whose heartbeat
-# expired, and ranks any machine the sorted set lacks (attached by an older fluksio). Returns
-# {generation} when that is still the cached one, else {generation, name, inventory JSON, …} for every
-# live machine.
-_LOOK = _HELPERS + """
-for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  if redis.call('EXISTS', ARGV[3] .. name) == 0 or redis.call('EXISTS', ARGV[1] .. name) == 0 then
-    detach(name)
-  elseif not redis.call('ZSCORE', KEYS[3], name) then
-    local inventory = cjson.decode(redis.call('HGET', ARGV[1] .. name, 'inventory'))
-    local labelled = #inventory.labels > 0 and '1' or '0'
-    redis.call('HSET', ARGV[1] .. name, 'cpus', inventory.cpus, 'labelled', labelled)
-    rank(name, labelled, inventory.cpus, redis.call('HGET', ARGV[1] .. name, 'free_cpus'))
-  end
-end
-local generation = redis.call('GET', KEYS[2]) or '0'
-if generation == ARGV[4] then return {generation} end
-local reply = {generation}
-for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  table.insert(reply, name)
-  table.insert(reply, redis.call('HGET', ARGV[1] .. name, 'inventory'))
-end
-return reply
-"""
-
-# ARGV[4]: the generation the placer planned at; [5..9]: cpus, gpus, ram_mb, grant id, clamped-from
-# JSON ('' if not clamped); [10]: the machines it may go to, a JSON array ('' for any machine).
-# Walks machines in preference order — only the ranks that leave a cpu free, when cpus are asked for —
-# and takes on the first allowed one with the resources free. Returns {'stale'}, taking nothing, when
-# the generation moved or the machine picked was dead (it is detached here); {'none'} when no allowed
-# machine has the resources free; else {'granted', machine, cpus, ram_mb, 'gpu,ids', incarnation}.
-_TAKE_BEST = _HELPERS + """
-if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[4] then return {'stale'} end
-local want_cpus, want_gpus, want_ram, grant_id = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
--- A retried claim (its reply lost on the way back) gets the grant it already has, charged once.
-local at = redis.call('HGET', KEYS[4], grant_id)
-if at then
-  local held = redis.call('HGET', ARGV[2] .. at, grant_id)
-  if held then
-    local g = cjson.decode(held)
-    return {'granted', at, g.cpus, g.ram_mb, g.gpus, redis.call('HGET', ARGV[1] .. at, 'incarnation')}
-  end
-end
-local allowed = nil
-if ARGV[10] ~= '' then
-  allowed = {}
-  for _, name in ipairs(cjson.decode(ARGV[10])) do allowed[name] = true end
-end
-local below = want_cpus > 0 and '(' or ''  -- a rank of 1 (or 3) is a machine with every cpu in use
-local PAGE = 100
-for _, ranks in ipairs({{'0', below .. '1'}, {'2', below .. '3'}}) do
-  local offset = 0
-  repeat
-    local names = redis.call('ZRANGEBYSCORE', KEYS[3], ranks[1], ranks[2], 'LIMIT', offset, PAGE)
-    for _, name in ipairs(names) do
-      if not allowed or allowed[name] then
-        local books = redis.call('HMGET', ARGV[1] .. name, 'free_cpus', 'free_ram_mb', 'free_gpus', 'cpus',
-                                 'labelled', 'incarnation')
-        if not books[1] then detach(name); return {'stale'} end
-        local free_cpus, free_ram = tonumber(books[1]), tonumber(books[2])
-        local ids = {}
-        for id in string.gmatch(books[3], '[^,]+') do table.insert(ids, id) end
-        if free_cpus >= want_cpus and free_ram >= want_ram and #ids >= want_gpus then
-          if redis.call('EXISTS', ARGV[3] .. name) == 0 then detach(name); return {'stale'} end
-          local gpus = table.concat(ids, ',', 1, want_gpus)
-          redis.call('HSET', ARGV[1] .. name, 'free_cpus', free_cpus - want_cpus, 'free_ram_mb', free_ram - want_ram,
-                     'free_gpus', table.concat(ids, ',', want_gpus + 1))
-          redis.call('HSET', ARGV[2] .. name, grant_id,
-                     cjson.encode({cpus = want_cpus, ram_mb = want_ram, gpus = gpus, clamped_from = ARGV[9]}))
-          redis.call('HSET', KEYS[4], grant_id, name)
-          rank(name, books[5], books[4], free_cpus - want_cpus)
-          return {'granted', name, want_cpus, want_ram, gpus, books[6]}
-        end
-      end
-    end
-    offset = offset + PAGE
-  until #names < PAGE
-end
-return {'none'}
-"""
-
-# ARGV[4]: machine name, [5]: grant id, [6]: changes channel. Returns 1 when resources came back.
-_GIVE = _HELPERS + """
-redis.call('HDEL', KEYS[4], ARGV[5])
-local grants, machine = ARGV[2] .. ARGV[4], ARGV[1] .. ARGV[4]
-local held = redis.call('HGET', grants, ARGV[5])
-if not held then return 0 end
-redis.call('HDEL', grants, ARGV[5])
-if redis.call('EXISTS', machine) == 0 then return 0 end
-local g = cjson.decode(held)
-local free_cpus = redis.call('HINCRBY', machine, 'free_cpus', g.cpus)
-redis.call('HINCRBY', machine, 'free_ram_mb', g.ram_mb)
-local ids = {}
-for id in string.gmatch(redis.call('HGET', machine, 'free_gpus'), '[^,]+') do table.insert(ids, tonumber(id)) end
-for id in string.gmatch(g.gpus, '[^,]+') do table.insert(ids, tonumber(id)) end
-table.sort(ids)
-redis.call('HSET', machine, 'free_gpus', table.concat(ids, ','))
-local facts = redis.call('HMGET', machine, 'labelled', 'cpus')
-rank(ARGV[4], facts[1], facts[2], free_cpus)
-redis.call('PUBLISH', ARGV[6], 'give')
-return 1
-"""
-
-
-# KEYS[1]: the machine's grants hash. ARGV[1]: grant id. Returns 1 the first time the grant's call starts
-# while the grant is held; 0 when it was given back (or voided by the machine attaching again) or has
-# started already.
-_START = """
-local held = redis.call('HGET', KEYS[1], ARGV[1])
-if not held then return 0 end
-local g = cjson.decode(held)
-if g.started then return 0 end
-g.started = true
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(g))
-return 1
-"""
-
-
-# KEYS: waiting hash, waiting-seen hash. ARGV[1]: the oldest mark still fresh (seconds since the epoch);
-# [2..]: call ids. Takes each call off the list when it is still not kept since then, or no longer listed.
-_PRUNE_WAITING = """
-local oldest = tonumber(ARGV[1])
-for i = 2, #ARGV do
-  local body = redis.call('HGET', KEYS[1], ARGV[i])
-  local seen = redis.call('HGET', KEYS[2], ARGV[i])
-  local at = tonumber(seen) or (body and cjson.decode(body).since)
-  if not body or (at and at < oldest) then
-    redis.call('HDEL', KEYS[1], ARGV[i])
-    redis.call('HDEL', KEYS[2], ARGV[i])
-  end
-end
-return 0
-"""
 
 
 def _ids(text: str | bytes | None) -> tuple[int, ...]:
@@ -251,12 +81,12 @@ class RedisBooks(Books):
         self.redis = client
         #: A machine whose heartbeat is older than this is gone, in seconds.
         self.heartbeat_ttl_s = heartbeat_ttl_s
-        self._leave = client.register_script(_LEAVE)
-        self._look = client.register_script(_LOOK)
-        self._take_best = client.register_script(_TAKE_BEST)
-        self._give = client.register_script(_GIVE)
-        self._start = client.register_script(_START)
-        self._prune_waiting = client.register_script(_PRUNE_WAITING)
+        self._leave = client.register_script(scripts.LEAVE)
+        self._look = client.register_script(scripts.LOOK)
+        self._take_best = client.register_script(scripts.TAKE_BEST)
+        self._give = client.register_script(scripts.GIVE)
+        self._start = client.register_script(scripts.START)
+        self._prune_waiting = client.register_script(scripts.PRUNE_WAITING)
         #: The inventories claims are planned on; see ``inventories``. ``None`` until first read.
         self._cache: _Cache | None = None
         #: Candidate lists → their JSON for the take script; see ``ENCODED_CANDIDATES_KEPT``.
@@ -305,7 +135,7 @@ class RedisBooks(Books):
         self.redis.set(HEARTBEAT_KEY + inventory.name, time.time(), px=int(self.heartbeat_ttl_s * 1000))
 
     def detach(self, name: str) -> list[Grant]:
-        held = self._leave(keys=_KEYS, args=[*_PREFIXES, name])
+        held = self._leave(keys=scripts.KEYS, args=[*scripts.PREFIXES, name])
         return [self._grant(name, gid, json.loads(value)) for gid, value in zip(held[::2], held[1::2])]
 
     def machines(self) -> list[MachineView]:
@@ -352,7 +182,7 @@ class RedisBooks(Books):
 
     def _refresh(self) -> _Cache:
         known = self._cache
-        reply = self._look(keys=_KEYS, args=[*_PREFIXES, known.generation if known else ""])
+        reply = self._look(keys=scripts.KEYS, args=[*scripts.PREFIXES, known.generation if known else ""])
         generation, pairs = reply[0].decode(), reply[1:]
         if known is not None and generation == known.generation:  # same machines: plans made on them hold
             fresh = _Cache(generation, known.inventories, known.parsed, time.monotonic())
@@ -378,8 +208,8 @@ class RedisBooks(Books):
                   clamped_from: Resources | None = None) -> Grant | None:
         cache = self._cache
         generation = cache.generation if cache is not None else ""  # nothing read yet: the script says stale
-        reply = self._take_best(keys=_KEYS, args=[
-            *_PREFIXES, generation, resources.cpus, resources.gpus, resources.ram_mb, grant_id,
+        reply = self._take_best(keys=scripts.KEYS, args=[
+            *scripts.PREFIXES, generation, resources.cpus, resources.gpus, resources.ram_mb, grant_id,
             clamped_from.model_dump_json() if clamped_from else "",
             "" if candidates is None else self._encode(candidates),
         ])
@@ -408,7 +238,7 @@ class RedisBooks(Books):
         return bool(self._start(keys=[GRANTS_KEY + grant.machine], args=[grant.id]))
 
     def give(self, grant: Grant) -> bool:
-        return bool(self._give(keys=_KEYS, args=[*_PREFIXES, grant.machine, grant.id, CHANGES_CHANNEL]))
+        return bool(self._give(keys=scripts.KEYS, args=[*scripts.PREFIXES, grant.machine, grant.id, CHANGES_CHANNEL]))
 
     def lost(self, grant: Grant) -> bool:
         pipe = self.redis.pipeline(transaction=False)

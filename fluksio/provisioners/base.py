@@ -8,7 +8,8 @@ time; :meth:`~Provisioner.poll` (every few seconds, see :class:`Poller`) notices
 the job's worker attaching, the job ending, or the attach timeout passing (then
 the job is cancelled, and the request's outcome says why, for the waiting run's
 reason). :meth:`~Provisioner.shutdown` cancels what this process asked for and
-is still outstanding.
+is still outstanding. Whenever a request stops waiting (attached, ended), the
+backend's ``_settle`` hook removes what only a job yet to start needed.
 
 The bookkeeping lives here; a backend (Slurm, the in-memory fake) only submits,
 reads job states and cancels.
@@ -147,6 +148,7 @@ class Provisioner(ABC):
         if not self.store.update(submitted):
             # Ended meanwhile by another process (it judged the submission stale): do not leave a job behind.
             self._cancel_quietly(profile, job_id)
+            self._settle(profile, submitted)
             return self.store.last(profile.name) or submitted
         log.info("submitted Slurm job %s for profile %s (%s)", job_id, profile.name, reason)
         return submitted
@@ -168,6 +170,8 @@ class Provisioner(ABC):
                     continue  # another installation's profile list knows it; leave it to them
                 moved = self._advance(profile, request, states.get(request.id), answered=request.id in states)
                 if moved is not None and moved != request and self.store.update(moved):
+                    if request.state.is_outstanding() and not moved.state.is_outstanding():
+                        self._settle(profile, moved)
                     if moved.state is not request.state:
                         changed.append(moved)
                         log.info("profile %s: %s", profile.name, moved.describe(self.clock()))
@@ -189,6 +193,7 @@ class Provisioner(ABC):
                             "the driver worker that asked for it shut down"),
             })
             if self.store.update(ended):
+                self._settle(profile, ended)
                 cancelled.append(ended)
         return cancelled
 
@@ -295,6 +300,14 @@ class Provisioner(ABC):
             log.warning("could not cancel Slurm job %s of profile %s: %s", job_id, profile.name, exc)
 
     # -- what a backend provides ------------------------------------------------------------------
+
+    def _settle(self, profile: SlurmProfile, request: MachineRequest) -> None:
+        """The request stopped waiting for its machine (its worker attached, or it ended without one):
+        remove what only a job yet to start needs (the Slurm backend: the job's credentials file).
+
+        Called once, by the process whose store update moved the request on; also for a submission that
+        never finished. Never raises.
+        """
 
     def output_of(self, profile: SlurmProfile, job_id: str) -> str | None:
         """Where the job's output goes (for messages); ``None`` when unknown."""

@@ -58,7 +58,8 @@ class SlurmProfile(BaseModel):
     #: Slurm's ``--time`` (e.g. ``"2:00:00"``, ``"1-00:00:00"``); none: the partition's default.
     time_limit: str | None = None
     #: Shell lines run before the worker starts: module loads, activating a venv. fluksio never installs
-    #: anything on a cluster; these lines must make ``fluksio`` runnable.
+    #: anything on a cluster; these lines must make ``fluksio`` runnable. They are part of the batch script,
+    #: which Slurm keeps in its records: no passwords here (fluksio's own go in a credentials file).
     prerun: tuple[str, ...] = ()
     #: A job whose worker has not attached this long after submission is cancelled, in seconds.
     attach_timeout_s: float = Field(default=600.0, gt=0)

@@ -40,6 +40,8 @@ class FakeProvisioner(Provisioner):
         super().__init__(profiles, store, self.attached.__contains__, **kwargs)
         self.jobs: dict[str, FakeJob] = {}
         self.cancelled: list[str] = []
+        #: Ids of the requests whose :meth:`_settle` ran (each once, when it stopped waiting).
+        self.settled: list[str] = []
         #: Profile name → the error its submissions raise (as a refusing ``sbatch`` would).
         self.refuse: dict[str, str] = {}
         #: When set, reading job states raises this (the scheduler does not answer).
@@ -83,6 +85,9 @@ class FakeProvisioner(Provisioner):
             raise ProvisionError(self.unreachable)
         return {i: JobState(self.jobs[i].state, self.jobs[i].why) for i in job_ids
                 if i in self.jobs and not self.jobs[i].purged}
+
+    def _settle(self, profile: SlurmProfile, request: MachineRequest) -> None:
+        self.settled.append(request.id)
 
     def _cancel(self, profile: SlurmProfile, job_id: str) -> None:
         self.cancelled.append(job_id)

@@ -1,5 +1,10 @@
 """The batch script of a Slurm profile: ``#SBATCH`` lines, this installation's settings, the prerun
-lines, then ``exec fluksio worker`` under the name ``slurm-<profile>-$SLURM_JOB_ID``. Pure."""
+lines, then ``exec fluksio worker`` under the name ``slurm-<profile>-$SLURM_JOB_ID``. Pure.
+
+Slurm keeps job scripts in its records, so a setting that carries a password is never written into
+one: the script sources it from a credentials file (:func:`credentials_text`; see credentials.py for
+where that file lies and who removes it) and removes the file once read.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fluksio.provisioners.config import SlurmProfile
-from fluksio.settings import Settings
+from fluksio.settings import Settings, redact_url
 
 #: Settings that describe one machine (the embedded one) or the driver's side, not the installation:
 #: a provisioned worker gets its machine from the profile, and never provisions in turn.
@@ -37,6 +42,23 @@ def worker_environment(settings: Settings, cwd: Path) -> dict[str, str]:
         if absolute or value != field.get_default(call_default_factory=True):
             env[f"FLUKSIO_{name.upper()}"] = text
     return env
+
+
+def is_secret(value: str) -> bool:
+    """Whether a setting's value carries a password (what :func:`~fluksio.settings.redact_url` would hide)."""
+    return redact_url(value) != value
+
+
+def secret_environment(environment: dict[str, str]) -> dict[str, str]:
+    """The variables of ``environment`` that carry a password: they go in the credentials file."""
+    return {key: value for key, value in environment.items() if is_secret(value)}
+
+
+def credentials_text(secrets: dict[str, str]) -> str:
+    """The credentials file: shell ``export`` lines the batch script sources."""
+    lines = ["# fluksio: settings that carry a password, for one Slurm job; removed once the job read them."]
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(secrets.items())]
+    return "\n".join(lines) + "\n"
 
 
 def _render(name: str, value: Any, cwd: Path) -> tuple[str, bool]:
@@ -89,12 +111,24 @@ def sbatch_lines(profile: SlurmProfile) -> list[str]:
     if profile.account:
         lines.append(f"--account={profile.account}")
     lines.append(f"--output={profile.output}")
+    # A worker job is not restarted by Slurm (after a node failure or a preemption): its credentials file
+    # is gone once read, and its calls were already given up; a waiting node asks for a fresh job instead.
+    lines.append("--no-requeue")
     lines.extend(profile.sbatch_args)  # last: an explicit argument wins over fluksio's
     return [f"#SBATCH {line}" for line in lines]
 
 
-def batch_script(profile: SlurmProfile, environment: dict[str, str]) -> str:
-    """The whole script ``sbatch`` reads on its standard input."""
+def batch_script(profile: SlurmProfile, environment: dict[str, str], credentials: str | None = None) -> str:
+    """The whole script ``sbatch`` reads on its standard input.
+
+    ``environment``: the worker's ``FLUKSIO_*`` variables. Those that carry a password are left out of the
+    script and read from ``credentials``, the absolute path of a file holding :func:`credentials_text`
+    of them, as the compute node sees it; without one such variables are a :class:`ValueError`.
+    """
+    secrets = secret_environment(environment)
+    if secrets and credentials is None:
+        raise ValueError(f"{', '.join(sorted(secrets))} carr{'ies' if len(secrets) == 1 else 'y'} a password, "
+                         "which must not be written into a batch script: pass the credentials file instead")
     lines = ["#!/bin/bash", *sbatch_lines(profile), "",
              f"# Written by fluksio for provisioner profile {profile.name!r}: a fluksio worker that dials",
              "# back to this installation, and exits (ending the job) when it has been idle for",
@@ -102,12 +136,27 @@ def batch_script(profile: SlurmProfile, environment: dict[str, str]) -> str:
              "set -e",
              "# This installation's settings; FLUKSIO_* variables of the submitting shell do not leak in.",
              'for _name in $(compgen -e); do case $_name in FLUKSIO_*) unset "$_name" ;; esac; done']
-    lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(environment.items())]
+    lines += [f"export {key}={shlex.quote(value)}" for key, value in sorted(environment.items())
+              if key not in secrets]
+    if secrets:
+        lines += _source_credentials(str(credentials), sorted(secrets))
     if profile.prerun:
         lines += ["# The profile's prerun lines (they may override the settings above on purpose).",
                   *profile.prerun]
     lines.append(worker_command(profile))
     return "\n".join(lines) + "\n"
+
+
+def _source_credentials(path: str, names: list[str]) -> list[str]:
+    quoted = shlex.quote(path)
+    missing = (f"fluksio: cannot read {path}, which holds {', '.join(names)}: it is removed once a start of "
+               "this job read it and when fluksio stops waiting for the job, and it must be on a filesystem "
+               "this node mounts under the same path")
+    return ["# Settings that carry a password are not in this script (Slurm keeps scripts in its records):",
+            "# they are read from a file only the submitting user can read, removed once read.",
+            f"if [ ! -r {quoted} ]; then echo {shlex.quote(missing)} >&2; exit 1; fi",
+            f". {quoted}",
+            f"rm -f {quoted}"]
 
 
 def _absolute(path: Path, cwd: Path) -> Path:

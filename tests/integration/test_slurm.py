@@ -261,6 +261,69 @@ def test_shutdown_cancels_an_outstanding_request(provision: Callable[..., SlurmP
     assert provisioner.store.outstanding("other") == theirs
 
 
+#: The password of the password-protected Redis below: it must reach the worker and nothing Slurm keeps.
+PASSWORD = "fluksio-s3cret-pw"
+
+
+@pytest.fixture(scope="module")
+def secret_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("secret-redis"), password=PASSWORD).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def slurm_records(slurm: SlurmCluster, job_id: str) -> str:
+    """Everything Slurm keeps of a job that could hold a setting: the script it shows
+    (``scontrol write batch_script``) and the files of its state folder (script and environment)."""
+    shown = subprocess.run(["scontrol", "write", "batch_script", job_id, "-"],
+                           env={**slurm.env, "SLURM_CONF": slurm.conf}, capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0 and "exec fluksio worker" in shown.stdout, shown.stderr
+    kept = [path for folder in (slurm.base / "state").rglob(f"job.{job_id}") for path in folder.iterdir()]
+    assert any(path.name == "script" for path in kept), f"no state folder of job {job_id} under {slurm.base}"
+    return shown.stdout + "".join(path.read_bytes().decode(errors="replace") for path in kept)
+
+
+def test_a_password_protected_broker_reaches_the_job_but_not_slurms_records(
+        slurm: SlurmCluster, secret_redis: RedisServer, workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings(broker_url=secret_redis.url, database_url=f"sqlite:///{workdir / 'fluksio.db'}",
+                        artifacts_dir=workdir / "artifacts", heartbeat_interval_s=0.5, heartbeat_ttl_s=2)
+    # A driver configured through its environment, as they usually are: sbatch must not pass that on.
+    monkeypatch.setenv("FLUKSIO_BROKER_URL", secret_redis.url)
+    client = redis.Redis.from_url(secret_redis.url)
+    provisioner = SlurmProvisioner(
+        [profile(workdir, "held-secret", sbatch_args=["--hold"], attach_timeout_s=4),
+         profile(workdir, "secret", idle_timeout_s=6)], settings, RedisRequestStore(client),
+        is_attached=lambda name: bool(client.exists(HEARTBEAT_KEY + name)), cwd=workdir)
+    folder = workdir / ".fluksio" / "credentials"
+    try:
+        # 1. A job that never starts: its credentials wait in a private file, which goes when it is cancelled.
+        held = provisioner.request("held-secret", "a node waits")
+        assert held.state is RequestState.PENDING, held.outcome
+        waiting = folder / f"{held.id}.env"
+        assert waiting.stat().st_mode & 0o777 == 0o600 and folder.stat().st_mode & 0o777 == 0o700
+        assert PASSWORD in waiting.read_text()
+        records = slurm_records(slurm, held.job_id)
+        assert PASSWORD not in records and f". {waiting}" in records
+        poll_until(provisioner, held, {RequestState.CANCELLED}, timeout=30)
+        assert not waiting.exists()
+
+        # 2. A job that starts: its worker authenticates with the password, read from the file it removed.
+        request = provisioner.request("secret", "a node waits")
+        assert request.state is RequestState.PENDING, request.outcome
+        attached = poll_until(provisioner, request, {RequestState.ATTACHED}, timeout=120)
+        assert client.exists(HEARTBEAT_KEY + attached.machine)
+        assert PASSWORD not in slurm_records(slurm, request.job_id)
+        assert list(folder.iterdir()) == []
+    finally:
+        provisioner.shutdown()
+        for live in provisioner.store.live():
+            if live.job_id and live.profile in provisioner.profiles:
+                provisioner._cancel_quietly(provisioner.profiles[live.profile], live.job_id)
+        client.close()
+
+
 def test_sbatch_through_ssh_reports_an_unreachable_login_node(settings: Settings, workdir: Path) -> None:
     def ssh_to_port_1(argv: list[str], stdin: str | None, timeout_s: float) -> CommandResult:
         # Port 1 on 127.0.0.1: nothing listens, so ssh fails at once (and never leaves this machine).

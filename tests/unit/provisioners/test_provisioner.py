@@ -244,6 +244,36 @@ def test_shutdown_cancels_only_this_processes_outstanding_requests(clock: Clock)
     assert again.state is RequestState.PENDING and again.job_id != pending.job_id
 
 
+def test_a_request_is_settled_once_when_it_stops_waiting(clock: Clock) -> None:
+    """The backend's hook (Slurm: remove the job's credentials file) runs once per request, by the process
+    that moved it on: when its worker attaches, or it ends without one; never while it waits."""
+    store = MemoryRequestStore()
+    fake = FakeProvisioner(PROFILES, store, clock=clock)
+    other = FakeProvisioner(PROFILES, store, clock=clock)  # another driver polling the same store and cluster
+    other.jobs = fake.jobs
+    attaching, timing_out, failing = (fake.request(name, "why") for name in ("small", "mid", "big"))
+    assert fake.poll() == [] and other.poll() == []
+    assert fake.settled == [] and other.settled == []
+    fake.attach(attaching.job_id)
+    fake.end(failing.job_id, "FAILED")
+    fake.poll()
+    assert sorted(fake.settled) == sorted([attaching.id, failing.id])
+    fake.end(attaching.job_id)  # an attached job ending: nothing was waiting any more
+    clock.now += 31
+    other.poll()
+    fake.poll()
+    assert other.settled == [timing_out.id]
+    assert sorted(fake.settled) == sorted([attaching.id, failing.id])
+    # Shutdown settles what it cancels; a refused submission had nothing to settle.
+    clock.now += 200
+    parked = fake.request("small", "again")
+    fake.refuse["mid"] = "sbatch: error: no"
+    refused = fake.request("mid", "again")
+    assert refused.state is RequestState.FAILED
+    assert [r.id for r in fake.shutdown()] == [parked.id]
+    assert fake.settled[-1] == parked.id and refused.id not in fake.settled
+
+
 def test_status_shows_each_profile_idle_or_its_job(fake: FakeProvisioner, clock: Clock) -> None:
     request = fake.request("small", "run r1 node a waits for a worker labelled 'cluster'")
     fake.jobs[request.job_id].why = "Resources"

@@ -17,6 +17,7 @@ from fluksio.provisioners.request import RequestState
 from fluksio.provisioners.slurm import CommandResult, SlurmProvisioner, run_command
 from fluksio.provisioners.slurm_script import (
     batch_script,
+    credentials_text,
     worker_command,
     worker_environment,
 )
@@ -59,14 +60,15 @@ def ok(stdout: str = "") -> CommandResult:
 def test_the_script_asks_slurm_for_the_profile_and_runs_a_worker(settings: Settings, tmp_path: Path) -> None:
     script = batch_script(profile(partition="short", account="proj", time_limit="2:00:00", gpus=2,
                                   sbatch_args=("--qos=high", "--constraint=a100"), output="/scratch/%x-%j.out"),
-                          worker_environment(settings, tmp_path))
+                          worker_environment(settings, tmp_path), "/home/me/.fluksio/credentials/r1.env")
     lines = script.splitlines()
     assert lines[0] == "#!/bin/bash"
     sbatch = [line for line in lines if line.startswith("#SBATCH")]
     assert sbatch == [
         "#SBATCH --job-name=fluksio-cpu", "#SBATCH --nodes=1", "#SBATCH --ntasks=1", "#SBATCH --cpus-per-task=4",
         "#SBATCH --mem=8000M", "#SBATCH --gres=gpu:2", "#SBATCH --time=2:00:00", "#SBATCH --partition=short",
-        "#SBATCH --account=proj", "#SBATCH --output=/scratch/%x-%j.out", "#SBATCH --qos=high",
+        "#SBATCH --account=proj", "#SBATCH --output=/scratch/%x-%j.out", "#SBATCH --no-requeue",
+        "#SBATCH --qos=high",
         "#SBATCH --constraint=a100",
     ]
     # Every #SBATCH line comes before the first command (sbatch stops reading them there).
@@ -80,7 +82,7 @@ def test_the_script_asks_slurm_for_the_profile_and_runs_a_worker(settings: Setti
 
 
 def test_optional_sbatch_lines_are_left_out(settings: Settings, tmp_path: Path) -> None:
-    script = batch_script(profile(ram_mb=0, labels=()), worker_environment(settings, tmp_path))
+    script = batch_script(profile(ram_mb=0, labels=()), worker_environment(settings, tmp_path), "/c/r1.env")
     for absent in ("--mem", "--gres", "--time", "--partition", "--account"):
         assert f"#SBATCH {absent}" not in script
     assert "#SBATCH --output=%x-%j.out" in script
@@ -119,7 +121,8 @@ def test_a_relative_sqlite_file_is_made_absolute(tmp_path: Path) -> None:
 
 
 def test_the_script_runs_the_worker_with_the_settings_and_prerun(settings: Settings, tmp_path: Path) -> None:
-    """Run the script with bash and a stand-in `fluksio` that reports its arguments and environment."""
+    """Run the script with bash and a stand-in `fluksio` that reports its arguments and environment;
+    the broker URL (it has a password) comes from the credentials file, which the script removes."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     report = tmp_path / "report.json"
@@ -128,9 +131,13 @@ def test_the_script_runs_the_worker_with_the_settings_and_prerun(settings: Setti
                     "env = {k: v for k, v in os.environ.items() if k.startswith(('FLUKSIO_', 'PRE'))}\n"
                     f"json.dump({{'argv': sys.argv[1:], 'env': env}}, open({str(report)!r}, 'w'))\n")
     fake.chmod(0o755)
+    environment = worker_environment(settings, tmp_path)
+    credentials = tmp_path / "credentials.env"
+    credentials.write_text(credentials_text({"FLUKSIO_BROKER_URL": environment["FLUKSIO_BROKER_URL"]}))
     script = batch_script(profile(prerun=(f"export PATH={bin_dir}:$PATH", "export PRERUN_RAN=yes",
                                           "export FLUKSIO_ARTIFACTS_DIR=/cluster/artifacts")),
-                          worker_environment(settings, tmp_path))
+                          environment, str(credentials))
+    assert "s3cret" not in script
     env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "4242", "FLUKSIO_STALE_AFTER_S": "999",
            "FLUKSIO_BOGUS": "x"}
     done = subprocess.run(["bash", "-s"], input=script, env=env, capture_output=True, text=True, timeout=30)
@@ -139,6 +146,8 @@ def test_the_script_runs_the_worker_with_the_settings_and_prerun(settings: Setti
     assert seen["argv"] == ["worker", "--name", "slurm-cpu-4242", "--labels", "cluster,cpu", "--cpus", "4",
                             "--gpus", "none", "--ram-mb", "8000", "--idle-timeout", "120", "--loglevel", "info"]
     assert seen["env"]["FLUKSIO_BROKER_URL"] == "redis://:s3cret@10.0.0.5:6379/0"
+    assert seen["env"]["FLUKSIO_DATABASE_URL"] == "postgresql://u@db/fluksio"  # no password: inline
+    assert not credentials.exists()  # read, then removed
     assert seen["env"]["PRERUN_RAN"] == "yes"
     assert seen["env"]["FLUKSIO_ARTIFACTS_DIR"] == "/cluster/artifacts"  # prerun may override on purpose
     # The submitting shell's value does not leak in; the installation's (the default) is left unsaid.
@@ -154,9 +163,14 @@ def test_a_gpu_job_without_gpus_from_slurm_fails_loudly(settings: Settings, tmp_
 
 
 def test_values_with_shell_characters_are_quoted(tmp_path: Path) -> None:
-    settings = Settings(broker_url="redis://:p'a$s`w@h:1/0")
-    script = batch_script(profile(), worker_environment(settings, tmp_path))
-    line = next(line for line in script.splitlines() if line.startswith("export FLUKSIO_BROKER_URL="))
+    settings = Settings(broker_url="redis://:p'a$s`w@h:1/0", artifacts_dir=Path("/data/it's $here"))
+    environment = worker_environment(settings, tmp_path)
+    script = batch_script(profile(), environment, "/c/it's $mine.env")
+    line = next(line for line in script.splitlines() if line.startswith("export FLUKSIO_ARTIFACTS_DIR="))
+    assert shlex.split(line.removeprefix("export "))[0] == "FLUKSIO_ARTIFACTS_DIR=/data/it's $here"
+    assert ". '/c/it'\"'\"'s $mine.env'" in script.splitlines()
+    text = credentials_text({"FLUKSIO_BROKER_URL": environment["FLUKSIO_BROKER_URL"]})
+    line = next(line for line in text.splitlines() if line.startswith("export FLUKSIO_BROKER_URL="))
     assert shlex.split(line.removeprefix("export "))[0] == "FLUKSIO_BROKER_URL=redis://:p'a$s`w@h:1/0"
 
 
@@ -167,39 +181,45 @@ def test_worker_command_formats_fractional_timeouts() -> None:
 # -- the commands -------------------------------------------------------------------------------------
 
 
-def provisioner(settings: Settings, runner: FakeRunner, **changes: object) -> SlurmProvisioner:
-    return SlurmProvisioner([profile(**changes)], settings, runner=runner, cwd=Path("/home/me/project"))
+def provisioner(settings: Settings, runner: FakeRunner, cwd: Path = Path("/home/me/project"),
+                **changes: object) -> SlurmProvisioner:
+    """Locally submitting tests pass a temporary ``cwd``: the credentials file is written under it."""
+    return SlurmProvisioner([profile(**changes)], settings, runner=runner, cwd=cwd)
 
 
-def test_local_submission_runs_sbatch_here_with_the_script_on_stdin(settings: Settings) -> None:
+def test_local_submission_runs_sbatch_here_with_the_script_on_stdin(settings: Settings, tmp_path: Path) -> None:
     runner = FakeRunner(ok("1234\n"))
-    slurm = provisioner(settings, runner)
+    slurm = provisioner(settings, runner, tmp_path)
     request = slurm.request("cpu", "run r1 node n waits for a worker labelled 'cluster'")
     assert (request.job_id, request.machine, request.state) == ("1234", "slurm-cpu-1234", RequestState.PENDING)
-    assert request.output == "/home/me/project/fluksio-cpu-1234.out"
+    assert request.output == f"{tmp_path}/fluksio-cpu-1234.out"
     [(argv, stdin, timeout)] = runner.calls
     assert argv == ["sbatch", "--parsable"]
-    assert stdin == slurm.script(slurm.profiles["cpu"]) and stdin.startswith("#!/bin/bash")
+    credentials = slurm.credentials_path(slurm.profiles["cpu"], request)
+    assert credentials == f"{tmp_path}/.fluksio/credentials/{request.id}.env"
+    assert stdin == slurm.script(slurm.profiles["cpu"], credentials) and stdin.startswith("#!/bin/bash")
     assert 0 < timeout <= 120
 
 
 def test_ssh_submission_runs_sbatch_on_the_login_node(settings: Settings) -> None:
-    runner = FakeRunner(ok("88;cluster1\n"))
+    runner = FakeRunner(ok("/home/me/.fluksio/credentials\n"), ok("88;cluster1\n"))
     slurm = provisioner(settings, runner, host="me@login.example.org")
     request = slurm.request("cpu", "why")
     assert request.job_id == "88" and request.output == "me@login.example.org:fluksio-cpu-88.out"
-    [(argv, stdin, _)] = runner.calls
+    [_write_credentials, (argv, stdin, _)] = runner.calls
     assert argv == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "me@login.example.org",
                     "sbatch --parsable"]
     assert stdin is not None and "exec fluksio worker" in stdin
+    assert f". /home/me/.fluksio/credentials/{request.id}.env" in stdin.splitlines()
 
 
-def test_squeue_and_scancel_command_lines_here_and_through_ssh(settings: Settings) -> None:
+def test_squeue_and_scancel_command_lines_here_and_through_ssh(tmp_path: Path) -> None:
+    settings = Settings(broker_url="redis://10.0.0.5:6379/0")  # no password: no credentials file to write
     for host, wrap in (("", lambda cmd: cmd), ("login1", lambda cmd: ["ssh", "-o", "BatchMode=yes", "-o",
                                                                       "ConnectTimeout=15", "login1", shlex.join(cmd)])):
         runner = FakeRunner(ok("5\n"), ok("5|PENDING|JobHeldUser\n"))
         now = [1000.0]
-        slurm = SlurmProvisioner([profile(host=host)], settings, runner=runner, clock=lambda: now[0])
+        slurm = SlurmProvisioner([profile(host=host)], settings, runner=runner, clock=lambda: now[0], cwd=tmp_path)
         slurm.request("cpu", "why")
         slurm.poll()
         squeue = ["squeue", "--noheader", "--states=all", "--jobs=5", "--format=%i|%T|%r"]
@@ -222,17 +242,22 @@ def test_the_ssh_remote_command_quotes_the_squeue_format(settings: Settings) -> 
 def test_a_refusing_sbatch_fails_the_request_with_its_words(settings: Settings) -> None:
     runner = FakeRunner(CommandResult(1, "", "sbatch: error: Batch job submission failed: "
                                              "Requested node configuration is not available\n"))
-    request = provisioner(settings, runner, host="login1").request("cpu", "why")
+    runner.answers.insert(0, ok("/home/me/.fluksio/credentials\n"))  # the credentials file is written first
+    slurm = provisioner(settings, runner, host="login1")
+    request = slurm.request("cpu", "why")
     assert request.state is RequestState.FAILED and request.job_id is None
+    # ... and removed again, since no job will read it.
+    assert runner.calls[-1][0][-1] == f"rm -f -- .fluksio/credentials/{request.id}.env"
     assert request.outcome == ("could not submit a Slurm job for profile 'cpu': sbatch on login1 refused the "
                                "job: sbatch: error: Batch job submission failed: Requested node configuration "
                                "is not available (exit 1)")
 
 
-def test_an_answer_that_is_not_a_job_id_is_an_error(settings: Settings) -> None:
-    request = provisioner(settings, FakeRunner(ok("Submitted batch job 12\n"))).request("cpu", "why")
+def test_an_answer_that_is_not_a_job_id_is_an_error(settings: Settings, tmp_path: Path) -> None:
+    request = provisioner(settings, FakeRunner(ok("Submitted batch job 12\n")), tmp_path).request("cpu", "why")
     assert request.state is RequestState.FAILED
     assert "sbatch answered 'Submitted batch job 12', not a job id" in (request.outcome or "")
+    assert list((tmp_path / ".fluksio/credentials").iterdir()) == []  # no job will read it: removed
 
 
 def test_squeue_output_is_parsed_and_unknown_jobs_are_gone(settings: Settings) -> None:

@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from fluksio.constants import INBOX_KEY
+from fluksio.errors import ConfigError
 
 #: Message kinds.
 DONE, WAKE, CANCEL = "done", "wake", "cancel"
@@ -108,7 +109,14 @@ class RedisInbox(Inbox):
 
     def drain(self, run_id: str, limit: int) -> list[dict[str, Any]]:
         # LPOP with a count (Redis ≥ 6.2): every waiting message in one round trip.
-        raw = self.redis.lpop(INBOX_KEY + run_id, limit)
+        from redis import ResponseError  # here: the embedded default never loads redis-py
+
+        try:
+            raw = self.redis.lpop(INBOX_KEY + run_id, limit)
+        except ResponseError as exc:
+            version = self.redis.info("server").get("redis_version", "unknown")
+            raise ConfigError(f"the broker's Redis is version {version}, and fluksio needs 6.2 or newer "
+                              f"(LPOP with a count): {exc}") from None
         return [json.loads(item) for item in raw or ()]
 
     def close(self, run_id: str) -> None:

@@ -1,0 +1,45 @@
+"""Inboxes: a driver takes one message, waiting, then every other one already there, without waiting."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from fluksio.errors import ConfigError
+from fluksio.runs.inbox import DONE, MemoryInbox, RedisInbox
+
+
+def test_drain_takes_what_waits_in_order_up_to_the_limit_and_does_not_wait():
+    inbox = MemoryInbox()
+    for i in range(5):
+        inbox.push("r", {"kind": DONE, "i": i})
+    assert inbox.pop("r", timeout=1)["i"] == 0
+    assert [m["i"] for m in inbox.drain("r", 3)] == [1, 2, 3]
+    started = time.monotonic()
+    assert [m["i"] for m in inbox.drain("r", 10)] == [4]
+    assert inbox.drain("r", 10) == []
+    assert time.monotonic() - started < 0.5
+
+
+def test_drain_of_another_run_takes_nothing_of_this_one():
+    inbox = MemoryInbox()
+    inbox.push("a", {"kind": DONE})
+    assert inbox.drain("b", 10) == []
+    assert len(inbox.drain("a", 10)) == 1
+
+
+class RedisBefore62:
+    """What redis-py raises against a server older than 6.2, where LPOP takes no count."""
+
+    def lpop(self, key, count=None):
+        raise redis.ResponseError("wrong number of arguments for 'lpop' command")
+
+    def info(self, section):
+        return {"redis_version": "6.0.16"}
+
+
+def test_a_redis_too_old_for_drain_is_named_with_the_version_needed():
+    with pytest.raises(ConfigError, match=r"version 6\.0\.16, and fluksio needs 6\.2 or newer"):
+        RedisInbox(RedisBefore62()).drain("r", 10)

@@ -22,7 +22,6 @@ from fluksio.driver.waiting import ask_for_machine, wait_for_labels
 from fluksio.driver.walk import NodeState, Walk
 from fluksio.errors import FluksioError, RunNotFound
 from fluksio.flows.flow import Flow
-from fluksio.flows.source import code_digest
 from fluksio.placement.placer import Request, Waiting
 from fluksio.runs.cache import lookup
 from fluksio.runs.cache_key import cache_key, cacheable
@@ -75,8 +74,9 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
         if runtime.stopping.is_set() and requeue is not None:
             requeue(run_id)  # still queued: another driver takes over the wait
         return  # cancelled, claimed elsewhere, or handed over while it waited
-    # The code is read now, when the run starts, not when it was submitted (it may have waited for hours).
-    epoch = run_rows.claim(db, run_id, code_digest(flow))
+    # The code is the one this process loaded and walks (not the files on disk now, nor at submit); every
+    # call carries its digest, and a worker that loaded other code refuses it.
+    epoch = run_rows.claim(db, run_id, runtime.registry.digest(flow))
     if epoch is None:
         return  # another driver won the claim, or the run was cancelled while queued
     runtime.events.publish("run_started", run_id=run_id, flow=flow.name)
@@ -313,7 +313,7 @@ class Driver:
         call = {
             "call_id": call_id, "run_id": self.run_id, "flow": self.flow.name, "node": node,
             "attempt": self.attempts.get(node, 1), "inputs": self.walk.inputs_of(node),
-            "grant": grant.model_dump(mode="json"),
+            "grant": grant.model_dump(mode="json"), "code_digest": self.code_digest,
         }
         self.walk.start(node)
         self.in_flight[call_id] = (node, grant)

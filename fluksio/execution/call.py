@@ -21,6 +21,7 @@ from fluksio.execution.capture import capture_output
 from fluksio.execution.isolated import run_in_child
 from fluksio.execution.values import decode, encode
 from fluksio.flows.node import NodeSpec
+from fluksio.flows.source import short
 from fluksio.runs.inbox import DONE
 from fluksio.runs.metrics import MetricSink
 from fluksio.runs.runtime import Runtime
@@ -56,6 +57,18 @@ def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
                                                 f"{grant.machine}; add its module or file to FLUKSIO_FLOWS there")
         _settle(runtime, run_id, grant, completion)
         return
+    claimed = call.get("code_digest")  # absent from an older driver's calls: those run as before
+    claimed = None if claimed is None else str(claimed)
+    flow = runtime.registry.get(flow_name) if claimed is None else runtime.registry.version(flow_name, claimed)
+    if flow is None:
+        # Running it would record this worker's code under the run's digest: a cache entry that a
+        # later run of the other code would be handed.
+        here = runtime.registry.digest(flow_name)
+        log.error("refusing call %s of run %s: flow %r was loaded here as %s, the run was claimed with %s",
+                  call_id, run_id, flow_name, here, claimed)
+        completion.update(status="error", error=other_code(grant.machine, flow_name, here, claimed))
+        _settle(runtime, run_id, grant, completion)
+        return
     if not runtime.placer.start(grant):
         # A redelivery of a call that runs already, or that its driver settled (retried elsewhere,
         # cancelled), or whose machine restarted since: its grant says so.
@@ -65,7 +78,7 @@ def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
                            gpus=list(grant.gpus), attempt=call["attempt"])
     try:
         try:
-            node = runtime.registry.get(flow_name).nodes[call["node"]]
+            node = flow.nodes[call["node"]]
         except KeyError:
             raise NodeFailed(f"flow {flow_name!r} has no node {call['node']!r} on this worker") from None
         if grant.gpus:
@@ -81,6 +94,13 @@ def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
         log.exception("node call %s failed inside fluksio", call_id)
         completion.update(status="error", error=f"fluksio failed to run the node: {type(exc).__name__}: {exc}")
     _settle(runtime, run_id, grant, completion)
+
+
+def other_code(machine: str, flow: str, here: str, claimed: str) -> str:
+    """Why a call was refused: ``machine`` loaded other code for ``flow`` than its run was claimed with."""
+    return (f"machine {machine} loaded other code for flow {flow!r} than this run was claimed with "
+            f"({short(here)} here, {short(claimed)} in the run's driver): its files changed since one of them "
+            f"started; restart `fluksio worker` on {machine} (or the drivers) so that both load the same code")
 
 
 def _settle(runtime: Runtime, run_id: str, grant: Grant, completion: dict[str, Any]) -> None:

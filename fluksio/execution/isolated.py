@@ -68,6 +68,7 @@ def _text(value: str | bytes | None) -> str:
 
 def main() -> None:
     from fluksio.execution.call import run_node_here
+    from fluksio.flows.source import short
     from fluksio.runs.runtime import Runtime
     from fluksio.settings import load_settings
 
@@ -75,6 +76,15 @@ def main() -> None:
     runtime = Runtime.standalone(load_settings())
     try:
         flow = runtime.registry.get(call["flow"])
+        claimed, here = call.get("code_digest"), runtime.registry.digest(call["flow"])
+        if claimed is not None and claimed != here:
+            # This process imported the flow's files as they are now, not as its worker loaded them.
+            machine = call["grant"]["machine"]
+            raise NodeFailed(f"the process started on machine {machine} to run node {call['node']!r} on its "
+                             f"GPUs loaded other code for flow {call['flow']!r} than this run was claimed with "
+                             f"({short(here)} on disk there now, {short(claimed)} in the run's driver): its "
+                             f"files changed since `fluksio worker` started on {machine}; restart it (or the "
+                             "drivers) so that both load the same code")
         outputs, artifacts, logs = run_node_here(runtime, flow.nodes[call["node"]], call, use_timeout=False)
         report = {"status": "ok", "outputs": outputs, "artifacts": artifacts, "logs": logs}
     except NodeFailed as exc:

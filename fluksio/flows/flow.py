@@ -14,6 +14,7 @@ from pydantic import TypeAdapter
 
 from fluksio.errors import FlowError
 from fluksio.flows.node import NodeSpec, check_identifier, make_node
+from fluksio.flows.source import snapshot
 from fluksio.flows.validation import topological_order, validate_graph
 from fluksio.schemas import Resources
 
@@ -82,6 +83,9 @@ class Flow:
         caller = sys._getframe(1).f_globals
         self.module: str = caller.get("__name__", "__main__")
         self.source_file: str | None = caller.get("__file__")
+        #: The digest of the flow's source tree now, while its module runs: the code this process loaded,
+        #: which a later edit of the files does not change (``None`` without a file; see flows/source.py).
+        self.source_digest: str | None = snapshot(self.source_file)
         self._providers: dict[str, str] | None = None
 
     def node(

@@ -3,6 +3,11 @@
 A worker only ever runs flows its registry holds, so a forged call cannot make
 it import an arbitrary module: names resolve against what the installation
 registered (``FLUKSIO_FLOWS``) or what this process defined itself.
+
+The registry also records the digest of the code this process loaded for each
+flow (flows/source.py: ``loaded_digest``), which is what a driver claims a run
+with and what a worker checks each call against: a long-lived process runs
+the code it imported, not the files as they are on disk now.
 """
 
 from __future__ import annotations
@@ -13,35 +18,85 @@ import importlib.util
 import sys
 import threading
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 from fluksio.errors import FlowError, FlowNotFound
 from fluksio.flows.flow import Flow
+from fluksio.flows.source import loaded_digest
+
+#: Earlier versions of a flow kept per name after it is re-registered with other code, so that runs
+#: claimed with one (in this process: a notebook that redefined the flow) still finish on its code.
+KEPT_VERSIONS = 8
+
+
+@dataclass(frozen=True)
+class _Entry:
+    flow: Flow
+    #: The digest of the code this process loaded for it, recorded when it was registered.
+    digest: str
+    #: How many nodes it had then: a flow without a file digests its node functions, so a node added
+    #: since (a notebook cell) changes its digest.
+    nodes: int
 
 
 class FlowRegistry:
     """Flows by name, thread-safe. One per runtime (client or worker)."""
 
     def __init__(self) -> None:
-        self._flows: dict[str, Flow] = {}
+        self._flows: dict[str, _Entry] = {}
+        #: Per name, every version still held, by digest, oldest first; the newest is ``_flows[name]``.
+        self._versions: dict[str, dict[str, Flow]] = {}
         self._lock = threading.Lock()
 
     def register(self, flow: Flow) -> Flow:
+        """Add ``flow`` (or replace the flow of that name) and record the digest of its code as loaded."""
         flow.validate()
+        current = self._flows.get(flow.name)
+        if current is not None and current.flow is flow and current.nodes == len(flow.nodes):
+            return flow  # registered already (every submit of a flow object comes here)
+        entry = _Entry(flow, loaded_digest(flow), len(flow.nodes))
         with self._lock:
-            self._flows[flow.name] = flow
+            self._flows[flow.name] = entry
+            versions = self._versions.setdefault(flow.name, {})
+            versions.pop(entry.digest, None)  # re-inserted as the newest
+            versions[entry.digest] = flow
+            while len(versions) > KEPT_VERSIONS:
+                del versions[next(iter(versions))]
         return flow
 
     def get(self, name: str) -> Flow:
         try:
-            return self._flows[name]
+            return self._flows[name].flow
         except KeyError:
             known = ", ".join(sorted(self._flows)) or "none"
             raise FlowNotFound(
                 f"no flow named {name!r} is registered here (registered: {known}); add its module or file to "
                 "FLUKSIO_FLOWS, or pass path/file.py:attr or package.module:attr"
             ) from None
+
+    def digest(self, flow: str | Flow) -> str:
+        """The digest of the code this process loaded for a flow, as recorded when it was registered.
+
+        By name: the flow registered under it now (:class:`FlowNotFound` if none). Given the ``Flow``
+        itself — what a driver walks, which a later registration under its name may have replaced — that
+        object's own digest.
+        """
+        if isinstance(flow, str):
+            self.get(flow)  # raises, naming what is registered
+            return self._flows[flow].digest
+        with self._lock:
+            versions = list(self._versions.get(flow.name, {}).items())
+        for digest, version in reversed(versions):
+            if version is flow:
+                return digest
+        return loaded_digest(flow)
+
+    def version(self, name: str, digest: str) -> Flow | None:
+        """The flow named ``name`` whose loaded code has ``digest``, if this process holds it."""
+        with self._lock:
+            return self._versions.get(name, {}).get(digest)
 
     def names(self) -> list[str]:
         return sorted(self._flows)
@@ -59,7 +114,7 @@ class FlowRegistry:
         if not isinstance(reference, str) or not reference:
             raise FlowNotFound(f"expected a Flow or a flow reference, got {reference!r}")
         if reference in self._flows:
-            return self._flows[reference]
+            return self._flows[reference].flow
         if ":" in reference or reference.endswith(".py"):
             flows = load_flows(reference)
             if len(flows) > 1:

@@ -114,22 +114,32 @@ def write_flow_tree(root: Path, helper_body: str, node_body: str) -> None:
     )
 
 
+def load_afresh(client: Client, file: Path) -> Flow:
+    """The flow as a process started now loads it (the file and the helpers it imports, as on disk)."""
+    for name in [n for n in sys.modules if n == "helpers" or n.startswith("fluksio_flowfile_edited_")]:
+        del sys.modules[name]
+    return client.runtime.registry.resolve(f"{file}:flow")
+
+
 def test_editing_the_function_or_what_it_imports_is_a_miss(client: Client, tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     tree.mkdir()
     write_flow_tree(tree, "x + 1", "helper(x)")
-    flow = client.runtime.registry.resolve(f"{tree / 'edited.py'}:flow")
+    flow = load_afresh(client, tree / "edited.py")
     first = client.submit(flow, {"x": 1}).wait(timeout=30)
     repeat = client.submit(flow, {"x": 1}).wait(timeout=30)
     assert repeat.nodes[0].status.value == "cached"
 
     write_flow_tree(tree, "x + 1", "helper(x)  # edited")  # the node's own file
-    edited = client.submit(flow, {"x": 1}).wait(timeout=30)
+    # This process still runs the code it imported: the same code, the same digest, a hit.
+    stale = client.submit(flow, {"x": 1}).wait(timeout=30)
+    assert stale.nodes[0].status.value == "cached" and stale.code_digest == first.code_digest
+    edited = client.submit(load_afresh(client, tree / "edited.py"), {"x": 1}).wait(timeout=30)
     assert edited.nodes[0].status.value == "ok" and edited.code_digest != first.code_digest
 
     write_flow_tree(tree, "x + 2", "helper(x)  # edited")  # a module it imports from the same tree
-    helper_edited = client.submit(flow, {"x": 1}).wait(timeout=30)
-    assert helper_edited.nodes[0].status.value == "ok"
+    helper_edited = client.submit(load_afresh(client, tree / "edited.py"), {"x": 1}).wait(timeout=30)
+    assert helper_edited.nodes[0].status.value == "ok" and helper_edited.result == {"y": 3}
     assert len({first.code_digest, edited.code_digest, helper_edited.code_digest}) == 3
 
 

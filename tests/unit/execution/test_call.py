@@ -44,3 +44,75 @@ def test_a_node_returning_a_nul_character_fails_with_a_message(tmp_path: Path) -
                            "inputs": {}, "grant": grant.model_dump(mode="json")})
     completion = runtime.inbox.pop("r", timeout=1)
     assert completion["status"] == "error" and "contains a NUL character" in completion["error"]
+
+
+def counting_flow(name: str, added: int, ran: list[int]) -> Flow:
+    """A flow without a file (its digest is its function's code) whose node notes that it ran."""
+    namespace: dict = {"Flow": Flow, "__name__": "notebook", "ran": ran}
+    exec(f"flow = Flow({name!r}, inputs={{'x': int}})\n"
+         f"@flow.node(provides='y')\ndef step(x):\n    ran.append(x)\n    return x + {added}\n", namespace)
+    return namespace["flow"]
+
+
+def call_of(runtime: Runtime, call_id: str, flow: str, **extra: object) -> dict:
+    grant = runtime.placer.try_claim(Request(call_id, Resources(cpus=1)))
+    return {"call_id": call_id, "run_id": "r", "flow": flow, "node": "step", "attempt": 1, "inputs": {"x": 1},
+            "grant": grant.model_dump(mode="json"), **extra}
+
+
+def test_a_call_claimed_with_other_code_than_loaded_here_is_refused_and_gives_its_grant_back(tmp_path: Path) -> None:
+    runtime = runtime_with_one_machine(tmp_path)
+    ran: list[int] = []
+    runtime.registry.register(counting_flow("train", 1, ran))
+    here = runtime.registry.digest("train")
+    started: list[dict] = []
+    runtime.events.subscribe(lambda event: started.append(event) if event.get("event") == "node_started" else None)
+    driver_digest = "sha256:" + "cd34" * 16
+    execute_call(runtime, call_of(runtime, "r.step.1", "train", code_digest=driver_digest))
+    completion = runtime.inbox.pop("r", timeout=1)
+    assert completion is not None and completion["status"] == "error"
+    assert completion["error"] == (
+        f"machine m loaded other code for flow 'train' than this run was claimed with ({here[:19]}… here, "
+        "sha256:cd34cd34cd34… in the run's driver): its files changed since one of them started; restart "
+        "`fluksio worker` on m (or the drivers) so that both load the same code")
+    assert ran == [] and started == []  # the node never ran
+    assert "outputs" not in completion
+    assert runtime.placer.snapshot()["machines"][0]["free"]["cpus"] == 1
+    assert runtime.placer.try_claim(Request("r.step.2", Resources(cpus=1))) is not None  # the cpu is free again
+
+
+def test_a_call_claimed_with_the_code_loaded_here_runs(tmp_path: Path) -> None:
+    runtime = runtime_with_one_machine(tmp_path)
+    ran: list[int] = []
+    runtime.registry.register(counting_flow("train", 1, ran))
+    execute_call(runtime, call_of(runtime, "r.step.1", "train", code_digest=runtime.registry.digest("train")))
+    completion = runtime.inbox.pop("r", timeout=1)
+    assert completion["status"] == "ok", completion.get("error")
+    assert completion["outputs"] == {"y": 2} and ran == [1]
+
+
+def test_a_call_without_a_digest_from_an_older_driver_runs_as_before(tmp_path: Path) -> None:
+    runtime = runtime_with_one_machine(tmp_path)
+    ran: list[int] = []
+    runtime.registry.register(counting_flow("train", 1, ran))
+    execute_call(runtime, call_of(runtime, "r.step.1", "train"))
+    completion = runtime.inbox.pop("r", timeout=1)
+    assert completion["status"] == "ok" and completion["outputs"] == {"y": 2} and ran == [1]
+
+
+def test_a_call_runs_the_version_its_run_was_claimed_with_when_the_flow_was_redefined_since(
+        tmp_path: Path) -> None:
+    """One process (embedded, a notebook): a run claimed before the flow was redefined finishes on its code."""
+    runtime = runtime_with_one_machine(tmp_path)
+    old_ran: list[int] = []
+    new_ran: list[int] = []
+    old = runtime.registry.register(counting_flow("train", 1, old_ran))
+    old_digest = runtime.registry.digest(old)
+    runtime.registry.register(counting_flow("train", 100, new_ran))
+    assert runtime.registry.digest("train") != old_digest
+    execute_call(runtime, call_of(runtime, "r.step.1", "train", code_digest=old_digest))
+    completion = runtime.inbox.pop("r", timeout=1)
+    assert completion["status"] == "ok" and completion["outputs"] == {"y": 2}
+    assert old_ran == [1] and new_ran == []
+    execute_call(runtime, call_of(runtime, "r.step.2", "train", code_digest=runtime.registry.digest("train")))
+    assert runtime.inbox.pop("r", timeout=1)["outputs"] == {"y": 101} and new_ran == [1]

@@ -10,7 +10,8 @@ import pytest
 
 from fluksio.errors import FlowError, FlowNotFound
 from fluksio.flows.flow import Flow
-from fluksio.flows.registry import FlowRegistry, load_flows
+from fluksio.flows.registry import KEPT_VERSIONS, FlowRegistry, load_flows
+from fluksio.flows.source import code_digest
 
 FLOW_FILE = """
 from fluksio import Flow
@@ -312,3 +313,117 @@ def test_registry_resolve_rejects_non_references(reference):
 def test_registry_resolve_unknown_plain_name_is_not_found():
     with pytest.raises(FlowNotFound, match="no flow named 'ghost'"):
         FlowRegistry().resolve("ghost")
+
+
+# -- the digest of the code as loaded --------------------------------------------------------------
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    """Change the file's text (and its size, so the stat-keyed digest memo cannot miss the edit)."""
+    text = path.read_text()
+    assert old in text and len(old) != len(new)
+    path.write_text(text.replace(old, new))
+
+
+def reimport(path: Path) -> list[Flow]:
+    """Import the file afresh, as a process started after an edit (or importlib.reload) would."""
+    for name in [n for n in sys.modules if n.startswith("fluksio_flowfile_")]:
+        del sys.modules[name]
+    return load_flows(str(path))
+
+
+def test_the_registered_digest_stays_the_code_as_loaded_when_the_file_changes(tmp_path):
+    file = write(tmp_path / "flows.py", FLOW_FILE)
+    registry = FlowRegistry()
+    registry.load_sources([str(file)])
+    flow = registry.get("train")
+    loaded = registry.digest("train")
+    assert loaded == code_digest(flow) and loaded.startswith("sha256:")
+    edit(file, "x + 1", "x + 1000")
+    assert code_digest(flow) != loaded  # the disk moved on ...
+    assert registry.digest("train") == loaded  # ... the code this process runs did not
+    assert registry.digest(flow) == loaded
+    assert flow.nodes["step"].fn(1) == 2
+    # The module stays imported: a second registry in this process loads the same code, and says so.
+    other = FlowRegistry()
+    other.load_sources([str(file)])
+    assert other.get("train") is flow and other.digest("train") == loaded
+
+
+def test_the_digest_is_taken_when_the_module_runs_not_when_the_flow_is_first_registered(tmp_path):
+    file = write(tmp_path / "flows.py", FLOW_FILE)
+    [flow] = load_flows(str(file))  # imported (a notebook's `from flows import train`), not registered yet
+    before = code_digest(flow)
+    edit(file, "x + 1", "x + 1000")
+    registry = FlowRegistry()
+    registry.register(flow)  # first submitted after the edit: still the old code
+    assert registry.digest("train") == before != code_digest(flow)
+
+
+def test_a_changed_flow_registered_under_the_same_name_replaces_the_digest(tmp_path):
+    file = write(tmp_path / "flows.py", FLOW_FILE)
+    registry = FlowRegistry()
+    [old] = load_flows(str(file))
+    registry.register(old)
+    old_digest = registry.digest("train")
+    edit(file, "x + 1", "x + 1000")
+    [new] = reimport(file)
+    assert registry.resolve(new) is new
+    assert registry.get("train") is new and new.nodes["step"].fn(1) == 1001
+    assert registry.digest("train") == code_digest(new) != old_digest
+    # The earlier code is still held, under its own digest, for runs claimed with it.
+    assert registry.version("train", old_digest) is old and registry.version("train", registry.digest("train")) is new
+    assert registry.digest(old) == old_digest
+
+
+def notebook_flow(body: str, extra_node: bool = False) -> Flow:
+    """A flow defined with no file, like a notebook cell or a REPL."""
+    namespace: dict = {"Flow": Flow, "__name__": "notebook"}
+    exec(textwrap.dedent(f"""
+        flow = Flow("cell", inputs={{"x": int}})
+        def step(x):
+            return {body}
+        flow.node(step, provides="y")
+    """), namespace)
+    return namespace["flow"]
+
+
+def test_a_flow_without_a_file_redefined_in_a_notebook_gets_the_new_digest():
+    registry = FlowRegistry()
+    first = registry.resolve(notebook_flow("x + 1"))
+    first_digest = registry.digest("cell")
+    assert first.source_digest is None and first_digest == code_digest(first)
+    second = registry.resolve(notebook_flow("x * 3"))
+    assert registry.get("cell") is second and registry.digest("cell") == code_digest(second) != first_digest
+    assert registry.version("cell", first_digest) is first
+
+
+def test_a_node_added_to_a_registered_flow_without_a_file_changes_its_digest_when_registered_again():
+    registry = FlowRegistry()
+    flow = registry.resolve(notebook_flow("x + 1"))
+    before = registry.digest("cell")
+    assert registry.resolve(flow) is flow and registry.digest("cell") == before  # a resubmit: same code
+
+    @flow.node(provides="z")
+    def double(y):
+        return y * 2
+
+    registry.resolve(flow)
+    assert registry.digest("cell") == code_digest(flow) != before
+
+
+def test_only_the_latest_versions_of_a_flow_are_kept():
+    registry = FlowRegistry()
+    digests = []
+    for count in range(KEPT_VERSIONS + 2):
+        registry.register(notebook_flow(f"x + {count}"))
+        digests.append(registry.digest("cell"))
+    assert len(set(digests)) == len(digests)
+    assert registry.version("cell", digests[0]) is None and registry.version("cell", digests[1]) is None
+    assert all(registry.version("cell", d) is not None for d in digests[2:])
+    assert registry.version("cell", digests[-1]) is registry.get("cell")
+
+
+def test_the_digest_of_an_unknown_flow_is_not_found():
+    with pytest.raises(FlowNotFound, match="no flow named 'nope' is registered here"):
+        FlowRegistry().digest("nope")

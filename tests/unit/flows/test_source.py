@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -11,7 +13,7 @@ import pytest
 
 from fluksio.flows.flow import Flow
 from fluksio.flows.registry import load_flows
-from fluksio.flows.source import code_digest, source_root
+from fluksio.flows.source import code_digest, loaded_digest, short, source_root
 
 FLOW_FILE = """
 from fluksio import Flow
@@ -158,3 +160,66 @@ def test_a_flow_without_a_file_digests_its_node_functions():
     assert one.source_file is None and source_root(one) is None
     assert code_digest(one) == code_digest(same)
     assert code_digest(one) != code_digest(other)
+
+
+def test_a_flow_without_source_to_read_digests_its_compiled_code_constants_included():
+    def build(body):
+        namespace: dict = {"Flow": Flow, "__name__": "no_file"}
+        # compile() without a file behind it: inspect.getsource fails, as in a plain `python` REPL.
+        exec(compile(textwrap.dedent(f"""
+            flow = Flow("repl", inputs={{"x": int}})
+            def step(x):
+                return {body}
+            flow.node(step, provides="y")
+        """), "<stdin>", "exec"), namespace)
+        return namespace["flow"]
+
+    one, same = build("x + 1"), build("x + 1")
+    with pytest.raises(OSError):
+        inspect.getsource(one.nodes["step"].fn)
+    assert code_digest(one) == code_digest(same)
+    assert code_digest(one) != code_digest(build("x + 2"))  # same bytecode, other constant
+    assert code_digest(one) != code_digest(build("y_of(x) + 1"))  # other name
+    assert code_digest(build("x in {'a', 'b'}")) != code_digest(build("x in {'a', 'c'}"))
+
+
+# -- the code as loaded ------------------------------------------------------------------------------
+
+
+def test_the_loaded_digest_is_the_tree_when_the_flow_was_defined(project):
+    root, flow = project
+    assert flow.source_digest == loaded_digest(flow) == code_digest(flow)
+    write(root / "flows.py", FLOW_FILE.replace("x + 1", "x + 2"))
+    write(root / "helpers.py", "OFFSET = 22\n")
+    assert code_digest(flow) != flow.source_digest  # on disk now
+    assert loaded_digest(flow) == flow.source_digest  # what this process imported
+
+
+def test_a_flow_without_a_file_has_no_snapshot_and_its_loaded_digest_is_its_functions():
+    namespace: dict = {"Flow": Flow, "__name__": "no_file"}
+    exec("flow = Flow('repl')\n@flow.node(provides='y')\ndef step():\n    return 1\n", namespace)
+    flow = namespace["flow"]
+    assert flow.source_digest is None
+    assert loaded_digest(flow) == code_digest(flow)
+
+
+def test_short_keeps_the_kind_and_twelve_hex_digits():
+    assert short("sha256:" + "ab" * 32) == "sha256:abababababab…"
+    assert short(None) == "none"
+
+
+def test_the_digest_of_compiled_code_is_the_same_in_every_process():
+    script = textwrap.dedent("""
+        from fluksio.flows.flow import Flow
+        from fluksio.flows.source import code_digest
+        namespace = {"Flow": Flow, "__name__": "no_file"}
+        exec(compile("flow = Flow('repl')\\n@flow.node(provides='y')\\ndef step():\\n"
+                     "    return 'q' in {'a', 'b', 'c', 'd', 'e', 'f'}\\n", "<stdin>", "exec"), namespace)
+        print(code_digest(namespace["flow"]))
+    """)
+    digests = {
+        subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONHASHSEED": seed},
+                       capture_output=True, text=True, check=True).stdout.strip()
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1 and next(iter(digests)).startswith("sha256:")

@@ -121,6 +121,8 @@ class Driver:
         #: Per node, the attempt number this drive started from (a resumed run continues the count).
         self.first_attempt: dict[str, int] = {}
         self.lost_run = False
+        #: Calls in flight whose grant was found given back at the last check (see ``_check_calls``).
+        self._given_back: set[str] = set()
         #: Rows of nodes that finished (or were restored from the cache, skipped, cancelled).
         self.journal = Journal(runtime.db, runtime.events, run_id)
         #: This process is shutting down: the run was left for another driver.
@@ -153,8 +155,13 @@ class Driver:
         self.rt.driving.add(self.run_id)
         try:
             self._loop()
-            self.journal.write()
-            self.journal.announce()
+            if self.lost_run:
+                # The run is another driver's now, and so are its rows: one written from here could take the
+                # place of the new driver's row for the same attempt.
+                self.journal.discard()
+            else:
+                self.journal.write()
+                self.journal.announce()
             if self.handed_over:
                 self._stop_calls()
                 run_rows.finish(self.rt.db, self.run_id, RunStatus.ABANDONED,
@@ -195,9 +202,6 @@ class Driver:
             timeout = max(0.0, wake_at - time.monotonic())
             message = self.rt.inbox.pop(self.run_id, timeout=timeout)
             now = time.monotonic()
-            if now >= next_check:
-                next_check = now + settings.heartbeat_interval_s
-                self._check_machines()
             if now >= next_lease:
                 next_lease = now + settings.lease_interval_s
                 held, cancel = run_rows.refresh_lease(self.rt.db, self.run_id, self.epoch)
@@ -213,18 +217,21 @@ class Driver:
                 # Still alive, still waiting: `fluksio placer` drops waiting calls nobody keeps.
                 self.rt.placer.keep_waiting([self._call_id(queue[0])
                                              for key, queue in self.queues.items() if key in self.waiting and queue])
-            if message is None:
-                continue
-            messages = [message]
-            if message["kind"] == DONE and len(self.in_flight) > 1:
-                # Other calls may have finished meanwhile (a fan-out): take them now, write them together.
-                # (With one call in flight, as in a chain, there is nothing else to take: no round trip.)
-                messages += self.rt.inbox.drain(self.run_id, DRAIN_LIMIT)
-            for message in messages:
-                if message["kind"] == DONE:
-                    self._completed(message)
-                elif message["kind"] == CANCEL:
-                    self._cancel()
+            if message is not None:
+                messages = [message]
+                if message["kind"] == DONE and len(self.in_flight) > 1:
+                    # Other calls may have finished meanwhile (a fan-out): take them now, write them together.
+                    # (With one call in flight, as in a chain, there is nothing else to take: no round trip.)
+                    messages += self.rt.inbox.drain(self.run_id, DRAIN_LIMIT)
+                for message in messages:
+                    if message["kind"] == DONE:
+                        self._completed(message)
+                    elif message["kind"] == CANCEL:
+                        self._cancel()
+            if now >= next_check:
+                # After the messages taken: a completion in hand is not a call that never reported.
+                next_check = now + settings.heartbeat_interval_s
+                self._check_calls()
 
     def _call_id(self, node: str) -> str:
         # A resumed run's calls are named apart from the calls of the drive that went before it.
@@ -399,15 +406,28 @@ class Driver:
         return self.journal.due() or (self.journal.waiting and (
             self.walk.has_fresh or not self.in_flight or self.cancelled or self.rt.stopping.is_set()))
 
-    def _check_machines(self) -> None:
-        """A call whose machine died (or restarted) will never report: settle it as lost."""
+    def _check_calls(self) -> None:
+        """Settle, as errors, calls that will never report.
+
+        A call whose machine died (or restarted) is lost. A call whose grant its worker gave back, yet
+        whose completion has not come by the next check either, reported into a message that was lost
+        (a connection dropped between the broker taking a completion off the inbox and the driver
+        hearing it): waiting on it would hold the run forever.
+        """
+        given_back = self.rt.placer.given_back([grant for _node, grant in self.in_flight.values()])
         for call_id, (node, grant) in list(self.in_flight.items()):
-            if not self.rt.placer.lost(grant):
-                continue
-            log.warning("run %s: machine %s was lost while running %s", self.run_id, grant.machine, node)
-            self._settle_failed(call_id, node, grant, started=False, dispatched=True,
-                                error=f"machine {grant.machine} was lost while running the call (its heartbeat "
-                                      f"is gone from {redact_url(self.rt.settings.broker_url)})")
+            if self.rt.placer.lost(grant):
+                log.warning("run %s: machine %s was lost while running %s", self.run_id, grant.machine, node)
+                self._settle_failed(call_id, node, grant, started=False, dispatched=True,
+                                    error=f"machine {grant.machine} was lost while running the call (its "
+                                          f"heartbeat is gone from {redact_url(self.rt.settings.broker_url)})")
+            elif call_id in given_back and call_id in self._given_back:
+                log.warning("run %s: %s ended on %s, but its completion never came", self.run_id, node,
+                            grant.machine)
+                self._settle_failed(call_id, node, grant, started=False, dispatched=True,
+                                    error=f"the call ended on {grant.machine}, but its completion was lost on the "
+                                          "way to the driver; it is run again if the node has retries left")
+        self._given_back = given_back & self.in_flight.keys()
 
     def _settle_failed(self, call_id: str, node: str, grant: Grant, *, started: bool, dispatched: bool,
                        error: str) -> None:
@@ -489,6 +509,7 @@ class Driver:
         self._stop_calls()
         try:  # rows of nodes that finished before the failure are worth keeping, if the store takes them
             self.journal.write()
+            self.journal.announce()
         except Exception:
             log.exception("could not record the finished nodes of run %s", self.run_id)
         try:

@@ -16,7 +16,8 @@ from fluksio.store.db import Database
 from fluksio.store.models import RunArtifact, RunNode
 from fluksio.store.nodes import record_nodes
 
-#: At most this many rows wait for one transaction, …
+#: Rows that wait for company are written once this many have come (a drain of the inbox may bring
+#: more at once: they go in the same transaction), …
 WRITE_BATCH_ROWS = 200
 #: … and none waits longer than this, in seconds. A driver that dies loses at most this much finished
 #: work, which resuming its run does again.
@@ -66,6 +67,11 @@ class Journal:
                      [artifact for _, artifacts, _ in unwritten for artifact in artifacts])
         self._unwritten = []
         self._unannounced.extend(event for _, _, event in unwritten if event is not None)
+
+    def discard(self) -> None:
+        """Forget the rows not yet written (the run was taken over by another driver)."""
+        self._unwritten = []
+        self._unannounced = []
 
     def announce(self) -> None:
         """Publish ``node_finished`` for rows already written (a watcher that reads the row finds it)."""

@@ -11,6 +11,7 @@ import logging
 import math
 import threading
 import traceback
+import uuid
 from datetime import datetime, timezone
 from typing import Any
 
@@ -49,6 +50,11 @@ def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
         "kind": DONE, "call_id": call_id, "node": call["node"], "attempt": call["attempt"],
         "machine": grant.machine, "gpus": list(grant.gpus), "started_at": started.isoformat(),
     }
+    # First make sure this delivery is the one that may run the call: a copy that may not (see
+    # Books.start) must not give back a grant, nor report an error, for the copy that does.
+    if not runtime.placer.start(grant, uuid.uuid4().hex):
+        log.warning("dropping call %s: it is running already, or settled, or its grant is void", call_id)
+        return
     if flow_name not in runtime.registry.names():
         # Never import what a message names: only flows this installation registered may run.
         log.error("refusing call %s: flow %r is not registered on this worker (registered: %s)", call_id,
@@ -68,11 +74,6 @@ def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
                   call_id, run_id, flow_name, here, claimed)
         completion.update(status="error", error=other_code(grant.machine, flow_name, here, claimed))
         _settle(runtime, run_id, grant, completion)
-        return
-    if not runtime.placer.start(grant):
-        # A redelivery of a call that runs already, or that its driver settled (retried elsewhere,
-        # cancelled), or whose machine restarted since: its grant says so.
-        log.warning("dropping call %s: it is running already, or settled, or its grant is void", call_id)
         return
     runtime.events.publish("node_started", run_id=run_id, node=call["node"], machine=grant.machine,
                            gpus=list(grant.gpus), attempt=call["attempt"])

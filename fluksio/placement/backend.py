@@ -131,15 +131,22 @@ class Books(ABC):
         """
 
     @abstractmethod
-    def start(self, grant: Grant) -> bool:
-        """A worker is about to run the grant's call: ``True`` exactly once, and only while the grant is held.
+    def start(self, grant: Grant, token: str) -> bool:
+        """A worker is about to run the grant's call: ``True`` for one ``token`` only, and only while the
+        grant is held.
 
         The grant is the call's ledger entry. Redis redelivers an unacknowledged message when a
         worker reconnects or comes back; by then the call may be running still, or its driver may
         have settled it (given the grant back to retry it elsewhere, or to cancel it), or the
         machine may have restarted (its grants void). In each case this answers ``False``, and the
-        copy is dropped: a call never runs twice.
+        copy is dropped: a call never runs twice. ``token`` is made once per delivery: asking again
+        with the same one (a client resending the command whose answer a dropped connection lost)
+        gets the same ``True``, instead of a call that nobody runs.
         """
+
+    @abstractmethod
+    def given_back(self, grants: Sequence[Grant]) -> set[str]:
+        """The ids of those grants no longer held (given back, or void): one look for them all."""
 
     @abstractmethod
     def give(self, grant: Grant) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from fluksio.placement.backend import preference
 from fluksio.schemas import Grant, Inventory, Resources
 
@@ -21,8 +23,10 @@ class MachineBooks:
         self.free_gpus: list[int] = sorted(inventory.gpus)
         self.free_ram_mb = inventory.ram_mb
         self.grants: dict[str, Grant] = {}
-        #: Grants whose call a worker has started (see ``start``).
-        self.started: set[str] = set()
+        #: Which start of the machine these books describe: a grant of an earlier start is void.
+        self.incarnation = uuid.uuid4().hex
+        #: Grant id → the token of the delivery that started its call (see ``start``).
+        self.started: dict[str, str] = {}
         #: Its place in ``backend.preference`` (lowest first); kept current by take and give, so that
         #: choosing among a thousand machines compares ready tuples instead of building them.
         self.rank = preference(self.labelled, inventory.cpus, self.free_cpus, inventory.name)
@@ -49,22 +53,21 @@ class MachineBooks:
         self.free_cpus -= request.cpus
         self.free_ram_mb -= request.ram_mb
         grant = Grant(id=grant_id, machine=self.inventory.name, cpus=request.cpus, gpus=gpus,
-                      ram_mb=request.ram_mb, clamped_from=clamped_from)
+                      ram_mb=request.ram_mb, clamped_from=clamped_from, incarnation=self.incarnation)
         self.grants[grant_id] = grant
         self._rerank()
         return grant
 
-    def start(self, grant_id: str) -> bool:
-        """Mark the grant's call started: ``True`` exactly once, and only while the grant is held."""
-        if grant_id not in self.grants or grant_id in self.started:
+    def start(self, grant_id: str, token: str) -> bool:
+        """Mark the grant's call started by ``token``: ``True`` for that token only, and only while held."""
+        if grant_id not in self.grants:
             return False
-        self.started.add(grant_id)
-        return True
+        return self.started.setdefault(grant_id, token) == token
 
     def give(self, grant_id: str) -> bool:
         """Return a grant's resources. Giving an unknown or already-returned grant is a no-op."""
         grant = self.grants.pop(grant_id, None)
-        self.started.discard(grant_id)
+        self.started.pop(grant_id, None)
         if grant is None:
             return False
         self.free_cpus += grant.cpus

@@ -79,10 +79,15 @@ class MemoryBooks(Books):
             self._held[grant_id] = best.inventory.name
             return grant
 
-    def start(self, grant: Grant) -> bool:
+    def start(self, grant: Grant, token: str) -> bool:
         with self._lock:
             books = self._books.get(grant.machine)
-            return books.start(grant.id) if books else False
+            return books.start(grant.id, token) if books else False
+
+    def given_back(self, grants: Sequence[Grant]) -> set[str]:
+        with self._lock:
+            return {g.id for g in grants
+                    if g.machine not in self._books or g.id not in self._books[g.machine].grants}
 
     def give(self, grant: Grant) -> bool:
         with self._lock:
@@ -96,14 +101,15 @@ class MemoryBooks(Books):
 
     def lost(self, grant: Grant) -> bool:
         with self._lock:
-            return grant.machine not in self._books
+            books = self._books.get(grant.machine)
+            return books is None or (grant.incarnation is not None and grant.incarnation != books.incarnation)
 
     def note_waiting(self, waiting: WaitingCall) -> None:
         with self._lock:
             known = self._waiting.get(waiting.call_id)
             if known is not None:
                 waiting.since = known.since
-            waiting.seen_at = max(waiting.seen_at, waiting.since)
+            waiting.seen_at = max(waiting.seen_at, time.time())  # noted now: its driver is alive now
             self._waiting[waiting.call_id] = waiting
 
     def keep_waiting(self, call_ids: Sequence[str], now: float) -> None:

@@ -140,9 +140,13 @@ class Placer:
             self._noted.pop(call_id, None)
         self.books.forget_waiting(call_id)
 
-    def start(self, grant: Grant) -> bool:
-        """Whether a worker may run the grant's call now (see :meth:`Books.start`)."""
-        return self.books.start(grant)
+    def start(self, grant: Grant, token: str) -> bool:
+        """Whether the delivery ``token`` of the grant's call may run it now (see :meth:`Books.start`)."""
+        return self.books.start(grant, token)
+
+    def given_back(self, grants: Sequence[Grant]) -> set[str]:
+        """The ids of those grants no longer held: their calls ended (or can never start)."""
+        return self.books.given_back(grants)
 
     def release(self, grant: Grant) -> bool:
         return self.books.give(grant)

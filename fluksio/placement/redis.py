@@ -234,8 +234,16 @@ class RedisBooks(Books):
             encoded = self._encoded[names] = json.dumps(names)
         return encoded
 
-    def start(self, grant: Grant) -> bool:
-        return bool(self._start(keys=[GRANTS_KEY + grant.machine], args=[grant.id]))
+    def start(self, grant: Grant, token: str) -> bool:
+        return bool(self._start(keys=[GRANTS_KEY + grant.machine], args=[grant.id, token]))
+
+    def given_back(self, grants: Sequence[Grant]) -> set[str]:
+        if not grants:
+            return set()
+        pipe = self.redis.pipeline(transaction=False)
+        for grant in grants:
+            pipe.hexists(GRANTS_KEY + grant.machine, grant.id)
+        return {grant.id for grant, held in zip(grants, pipe.execute(), strict=True) if not held}
 
     def give(self, grant: Grant) -> bool:
         return bool(self._give(keys=scripts.KEYS, args=[*scripts.PREFIXES, grant.machine, grant.id, CHANGES_CHANNEL]))

@@ -156,15 +156,16 @@ return 1
 """
 
 
-# KEYS[1]: the machine's grants hash. ARGV[1]: grant id. Returns 1 the first time the grant's call starts
-# while the grant is held; 0 when it was given back (or voided by the machine attaching again) or has
-# started already.
+# KEYS[1]: the machine's grants hash. ARGV[1]: grant id, [2]: the delivery's token. Returns 1 when the
+# grant is held and its call is not started, or was started with this very token (the same command sent
+# again after its answer was lost); 0 when it was given back (or voided by the machine attaching again)
+# or started by another delivery.
 START = """
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 if not held then return 0 end
 local g = cjson.decode(held)
-if g.started then return 0 end
-g.started = true
+if g.started then return g.started == ARGV[2] and 1 or 0 end
+g.started = ARGV[2]
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(g))
 return 1
 """

@@ -27,10 +27,14 @@ def record_nodes(db: Database, rows: Sequence[RunNode], artifacts: Sequence[RunA
     if not rows and not artifacts:
         return
     with db.write_connection() as connection:
+        written = set()
         if rows:
-            connection.execute(_insert_nodes(db.is_sqlite), [node_values(row) for row in rows])
-        if artifacts:
-            connection.execute(insert(RunArtifact), [artifact_values(a) for a in artifacts])
+            # RETURNING names the rows inserted, not those already there: their nodes' artifacts are too.
+            written = {tuple(r) for r in connection.execute(_insert_nodes(db.is_sqlite),
+                                                             [node_values(row) for row in rows])}
+        made = [a for a in artifacts if (a.run_id, a.node) in written or not rows]
+        if made:
+            connection.execute(insert(RunArtifact), [artifact_values(a) for a in made])
 
 
 def node_values(row: RunNode) -> dict[str, Any]:
@@ -53,7 +57,8 @@ def artifact_values(artifact: RunArtifact) -> dict[str, Any]:
 @functools.cache
 def _insert_nodes(sqlite: bool) -> Any:
     statement = (sqlite_insert if sqlite else pg_insert)(RunNode)
-    return statement.on_conflict_do_nothing(index_elements=["run_id", "node", "attempt"])
+    return (statement.on_conflict_do_nothing(index_elements=["run_id", "node", "attempt"])
+            .returning(RunNode.run_id, RunNode.node))
 
 
 @retried

@@ -33,15 +33,16 @@ def flower_app(settings: Settings) -> Celery:
 
 
 def prepare_flower(app: Celery) -> None:
-    """Before Flower starts: switch task events on in the running workers and teach Flower our names.
+    """Before Flower starts: teach it our names, and switch task events on in the running workers.
 
     Workers send no task events unless asked (``task_events``), to save the broker four messages per
     call. Flower asks them itself, but only after its first interval (5 s): asking now means the
-    calls of a run submitted as soon as Flower answers are seen too.
+    calls of a run submitted as soon as Flower answers are seen too. The names come first: a broker
+    that cannot be reached yet fails the asking, and Flower must still show calls as fluksio names them.
     """
-    app.control.enable_events()
     _use_compact_kwargs()
     _keep_shadow_names()
+    app.control.enable_events()
 
 
 def compact_kwargs(task: Any) -> Any:

@@ -21,6 +21,7 @@ from fluksio.runs.inbox import DONE
 from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import submit_run
 from fluksio.schemas import Grant
+from fluksio.store.models import RunNode
 from fluksio.store.runs import get_run, node_rows
 
 
@@ -35,12 +36,17 @@ def runtime(tmp_path):
 
 @pytest.fixture
 def node_inserts(runtime):
-    """Each statement that writes node rows (one executemany counts once), with its number of rows."""
+    """Each statement that writes node rows, as its number of rows."""
     seen: list[int] = []
+
+    # One statement may carry many rows as many VALUES groups (SQLAlchemy's "insertmanyvalues", used
+    # with RETURNING), its parameters flat: so many per row as the table has columns but the id.
+    per_row = len(RunNode.__table__.columns) - 1
 
     def before(conn, cursor, statement, parameters, context, executemany):
         if statement.lstrip().upper().startswith("INSERT INTO RUN_NODES"):
-            seen.append(len(parameters) if executemany else 1)
+            flat = bool(parameters) and not isinstance(parameters[0], (tuple, list, dict))
+            seen.append(len(parameters) // per_row if flat else len(parameters))
 
     event.listen(runtime.db.write_engine, "before_cursor_execute", before)
     yield seen
@@ -158,3 +164,26 @@ def test_rows_of_finished_calls_wait_briefly_for_company_while_others_run(runtim
     assert node_inserts == [9, 1]
     assert rows_when_the_last_ended == [9]
     assert len(node_rows(runtime.db, run_id)) == 10
+
+
+def test_a_row_is_written_before_a_node_that_depends_on_it_is_sent_even_while_others_run(runtime):
+    # a → c, with b slow: when a ends, b still runs (so rows could wait for company), yet c needs a's row.
+    flow = Flow("diamondish", outputs=["c"])
+    flow.node(hop, name="a", provides="a", requires=[])
+    flow.node(hop, name="b", provides="b", requires=[])
+    flow.node(hop, name="c", provides="c", requires=["a"])
+    rows_when_c_was_sent: list[list[str]] = []
+    slow: list[dict[str, Any]] = []
+
+    def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
+        if call["node"] == "b":
+            slow.append(call)
+            return
+        if call["node"] == "c":
+            rows_when_c_was_sent.append(sorted(r.node for r in node_rows(runtime.db, call["run_id"])))
+            threading.Timer(0.1, answer, (runtime, flow, slow[0])).start()
+        answer(runtime, flow, call)
+
+    run_id = drive_with(runtime, flow, dispatch)
+    assert get_run(runtime.db, run_id).status == "ok"
+    assert rows_when_c_was_sent == [["a"]]

@@ -116,3 +116,15 @@ def test_a_call_runs_the_version_its_run_was_claimed_with_when_the_flow_was_rede
     assert old_ran == [1] and new_ran == []
     execute_call(runtime, call_of(runtime, "r.step.2", "train", code_digest=runtime.registry.digest("train")))
     assert runtime.inbox.pop("r", timeout=1)["outputs"] == {"y": 101} and new_ran == [1]
+
+
+def test_a_second_copy_of_a_running_call_is_dropped_without_touching_the_first(tmp_path: Path) -> None:
+    # Even a copy this worker would refuse (here: a flow it does not know) must not give back the grant
+    # of the copy that runs, nor tell the driver the call failed.
+    runtime = runtime_with_one_machine(tmp_path)
+    grant = runtime.placer.try_claim(Request("r.n.1", Resources(cpus=1)))
+    assert runtime.placer.start(grant, "the copy that runs")
+    execute_call(runtime, {"call_id": "r.n.1", "run_id": "r", "flow": "elsewhere", "node": "n", "attempt": 1,
+                           "inputs": {}, "grant": grant.model_dump(mode="json")})
+    assert runtime.inbox.pop("r", timeout=0.2) is None
+    assert runtime.placer.snapshot()["machines"][0]["free"]["cpus"] == 0

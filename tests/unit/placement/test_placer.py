@@ -503,8 +503,18 @@ def test_a_held_grants_call_starts_exactly_once():
     placer = placer_with(machine("m", cpus=2))
     grant = placer.try_claim(req("c1"))
     assert isinstance(grant, Grant)
-    assert placer.start(grant) is True
-    assert placer.start(grant) is False  # a redelivered copy while the call runs is dropped
+    assert placer.start(grant, "delivery-1") is True
+    assert placer.start(grant, "delivery-2") is False  # a redelivered copy while the call runs is dropped
+
+
+def test_asking_again_for_the_same_delivery_gets_the_same_answer():
+    # A client that lost the answer to its start (a dropped connection) sends it again: the call must
+    # still run, not be dropped by its own first attempt.
+    placer = placer_with(machine("m", cpus=2))
+    grant = placer.try_claim(req("c1"))
+    assert placer.start(grant, "delivery-1") is True
+    assert placer.start(grant, "delivery-1") is True
+    assert placer.start(grant, "delivery-2") is False
 
 
 def test_a_call_whose_grant_was_given_back_never_starts():
@@ -512,30 +522,31 @@ def test_a_call_whose_grant_was_given_back_never_starts():
     placer = placer_with(machine("m", cpus=2))
     grant = placer.try_claim(req("c1"))
     placer.release(grant)
-    assert placer.start(grant) is False
+    assert placer.start(grant, "delivery-1") is False
 
 
 def test_a_call_that_finished_never_starts_again():
     placer = placer_with(machine("m", cpus=2))
     grant = placer.try_claim(req("c1"))
-    assert placer.start(grant) is True
+    assert placer.start(grant, "delivery-1") is True
     placer.release(grant)  # the worker gives the grant back when the call ends
-    assert placer.start(grant) is False
+    assert placer.start(grant, "delivery-1") is False
+    assert placer.start(grant, "delivery-2") is False
 
 
 def test_a_call_granted_before_its_machine_attached_again_never_starts():
     placer = placer_with(machine("m", cpus=2))
     grant = placer.try_claim(req("c1"))
     placer.attach(machine("m", cpus=2))  # the worker restarted: grants of its earlier start are void
-    assert placer.start(grant) is False
+    assert placer.start(grant, "delivery-1") is False
     other = placer.try_claim(req("c2"))
-    assert isinstance(other, Grant) and placer.start(other) is True
+    assert isinstance(other, Grant) and placer.start(other, "delivery-2") is True
 
 
 def test_a_grant_nobody_made_never_starts():
     placer = placer_with(machine("m", cpus=2))
-    assert placer.start(Grant(id="forged", machine="m", cpus=1)) is False
-    assert placer.start(Grant(id="forged", machine="nowhere", cpus=1)) is False
+    assert placer.start(Grant(id="forged", machine="m", cpus=1), "delivery-1") is False
+    assert placer.start(Grant(id="forged", machine="nowhere", cpus=1), "delivery-1") is False
 
 
 # -- a driver that died leaves no call waiting forever ---------------------------------------------
@@ -574,3 +585,31 @@ def test_keeping_a_call_that_no_longer_waits_lists_nothing():
     placer.keep_waiting(["a"])  # a driver's keep racing with the grant
     assert waiting_nodes(placer, stale_after_s=60) == []
     assert waiting_nodes(placer) == []
+
+
+def test_given_back_names_the_grants_no_longer_held():
+    placer = placer_with(machine("m", cpus=3))
+    kept, returned, voided = (placer.try_claim(req(c)) for c in ("kept", "returned", "voided"))
+    placer.release(returned)
+    assert placer.given_back([kept, returned]) == {"returned"}
+    placer.attach(machine("m", cpus=3))  # restarted: every grant of its earlier start is void
+    assert placer.given_back([kept, voided]) == {"kept", "voided"}
+    assert placer.given_back([]) == set()
+
+
+def test_a_grant_of_a_machine_that_attached_again_is_lost():
+    placer = placer_with(machine("m", cpus=2))
+    grant = placer.try_claim(req("c1"))
+    assert placer.lost(grant) is False
+    placer.attach(machine("m", cpus=2))  # the worker restarted: its calls died with it
+    assert placer.lost(grant) is True
+
+
+def test_a_long_waiting_call_whose_reason_changes_stays_listed():
+    placer = placer_with(machine("m", cpus=1, ram_mb=100))
+    placer.try_claim(req("busy"))
+    placer.try_claim(req("w"))  # waits for a cpu
+    time.sleep(0.3)
+    placer.keep_waiting(["w"])
+    placer.try_claim(req("w", ram_mb=100))  # now it also waits for RAM: a new reason, noted now
+    assert waiting_nodes(placer, stale_after_s=0.2) == ["w"]

@@ -494,3 +494,17 @@ def test_another_attempt_of_a_node_is_a_row_of_its_own(db):
 def test_record_nodes_of_nothing_opens_no_transaction(db, commits):
     record_nodes(db, [])
     assert commits == []
+
+
+def test_a_retried_node_write_does_not_list_its_artifacts_twice(db):
+    run = new_run(db)
+
+    def write() -> None:
+        record_nodes(db, [node_row(run.id, "a", outputs={"m": {"$artifact": 1}})],
+                     [RunArtifact(run_id=run.id, node="a", message="m", digest="sha256:" + "b" * 64, size=1,
+                                  media_type="application/octet-stream")])
+
+    write()
+    write()  # the same write again, as @retried sends it when a commit's answer was lost
+    assert len(artifacts_of(db, run.id)) == 1
+    assert len(node_rows(db, run.id)) == 1

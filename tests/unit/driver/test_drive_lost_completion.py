@@ -1,0 +1,55 @@
+"""A call whose worker ended it, but whose completion never reached the driver, does not hold its run forever."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fluksio import Flow, Settings
+from fluksio.runs.runtime import Runtime
+from fluksio.schemas import Grant
+from fluksio.store.runs import get_run, node_rows
+from tests.unit.driver.test_drive_rows import answer, drive_with, hop
+
+
+@pytest.fixture
+def runtime(tmp_path):
+    settings = Settings(broker_url="memory://", database_url=f"sqlite:///{tmp_path / 'runs.db'}",
+                        artifacts_dir=tmp_path / "artifacts", cpus=2, heartbeat_interval_s=0.05)
+    built = Runtime.embedded(settings)
+    yield built
+    built.close()
+
+
+def flow_with_retries(retries: int) -> Flow:
+    flow = Flow(f"lossy_{retries}", outputs=["x"])
+    flow.node(hop, name="x", provides="x", requires=[], retries=retries)
+    return flow
+
+
+def lose_the_first_completion(runtime: Runtime, flow: Flow):
+    def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
+        if call["attempt"] == 1:  # the worker ends the call and gives its grant back; its report is lost
+            runtime.placer.release(Grant.model_validate(call["grant"]))
+            return
+        answer(runtime, flow, call)
+
+    return dispatch
+
+
+def test_a_lost_completion_is_settled_as_an_error_and_the_node_retried(runtime):
+    flow = flow_with_retries(1)
+    run_id = drive_with(runtime, flow, lose_the_first_completion(runtime, flow))
+    assert get_run(runtime.db, run_id).status == "ok"
+    rows = sorted(node_rows(runtime.db, run_id), key=lambda r: r.attempt)
+    assert [(r.attempt, r.status) for r in rows] == [(1, "error"), (2, "ok")]
+    assert "its completion was lost on the way to the driver" in rows[0].error
+
+
+def test_without_retries_a_lost_completion_ends_the_run_saying_so(runtime):
+    flow = flow_with_retries(0)
+    run_id = drive_with(runtime, flow, lose_the_first_completion(runtime, flow))
+    run = get_run(runtime.db, run_id)
+    assert run.status == "error"
+    assert "completion was lost" in run.status_reason

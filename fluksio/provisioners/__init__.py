@@ -7,10 +7,13 @@ For the driver side::
                                      is_attached=lambda name: redis_client.exists(HEARTBEAT_KEY + name))
     Placer(books, provisioner_shapes=provisioner.shapes())
     profile = provisioner.covers(resources, device)      # when a node waits: can a profile take it?
-    request = provisioner.request(profile, reason)       # idempotent per profile; request.describe(now)
-    poller = Poller(provisioner, interval_s=2.0, on_change=...).start()   # attach / timeout / end
+    request = provisioner.request(profile, reason)       # idempotent per profile; request.describe(now);
+                                                         # returns at once, sbatch runs on a thread of its own
+    poller = Poller(provisioner, interval_s=2.0, on_change=...).start()   # submitted / attach / timeout / end
     provisioner.status()                                 # rows for `fluksio placer`
-    poller.stop(); provisioner.shutdown()                # cancels this process's outstanding requests
+    poller.stop(); provisioner.shutdown()                # cancels this process's outstanding requests (and
+                                                         # the job of a submission in flight, once it returns)
+    provisioner.join_submissions(timeout_s)              # tests: wait for sbatch's answers
 """
 
 from __future__ import annotations

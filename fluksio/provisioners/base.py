@@ -11,6 +11,11 @@ reason). :meth:`~Provisioner.shutdown` cancels what this process asked for and
 is still outstanding. Whenever a request stops waiting (attached, ended), the
 backend's ``_settle`` hook removes what only a job yet to start needed.
 
+:meth:`~Provisioner.request` never waits for the cluster: it reserves the
+profile and returns, and the submission runs on the provisioner's own thread
+(submitter.py), so a slow login node cannot hold a driver's loop (and its
+run's lease) up.
+
 The bookkeeping lives here; a backend (Slurm, the in-memory fake) only submits,
 reads job states and cancels.
 """
@@ -33,6 +38,7 @@ from fluksio.placement.clamp import fits
 from fluksio.provisioners.config import SlurmProfile
 from fluksio.provisioners.request import MachineRequest, RequestState
 from fluksio.provisioners.store import MemoryRequestStore, RequestStore
+from fluksio.provisioners.submitter import Submitter
 from fluksio.schemas import Resources
 
 log = logging.getLogger(__name__)
@@ -63,6 +69,9 @@ class JobState:
 
 #: ``is_attached(machine_name)``: whether a worker of that name is attached (its heartbeat key exists).
 AttachedCheck = Callable[[str], bool]
+#: ``listener(request)``: a submission finished (the request has its job id, or failed); see
+#: :meth:`Provisioner.add_listener`.
+SubmissionListener = Callable[[MachineRequest], None]
 
 
 class Provisioner(ABC):
@@ -70,6 +79,9 @@ class Provisioner(ABC):
 
     #: What ``status()`` and messages call this kind of provisioner.
     kind = "slurm"
+    #: How long :meth:`shutdown` waits for a submission in flight to return (and its job to be
+    #: cancelled), in seconds: a backend sets it to the sum of its commands' time limits.
+    submission_limit_s = 60.0
 
     def __init__(self, profiles: Sequence[SlurmProfile], store: RequestStore | None = None,
                  is_attached: AttachedCheck | None = None, *, clock: Callable[[], float] = time.time,
@@ -82,6 +94,13 @@ class Provisioner(ABC):
         #: Names this process's requests, so shutting down cancels only what it asked for.
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._lock = threading.Lock()
+        self._submitter = Submitter(self._submit_reserved)
+        self._listeners: list[SubmissionListener] = []
+        #: Set by :meth:`shutdown`; read with the lock below by a submission recording its job id, so a
+        #: job id is either recorded before shutdown looks at the store (and cancelled by it) or not at
+        #: all (and cancelled by the submission).
+        self._stopping = False
+        self._stopping_lock = threading.Lock()
 
     # -- what the placer asks ---------------------------------------------------------------------
 
@@ -116,8 +135,15 @@ class Provisioner(ABC):
     def request(self, profile: SlurmProfile | str, reason: str) -> MachineRequest:
         """Ask for a machine of ``profile``, unless one is already being asked for: then that request.
 
-        Never raises for a cluster that refuses or cannot be reached: the returned request is then
-        ``failed`` and its outcome says why (and the profile is not asked again for ``retry_after_s``).
+        Returns at once, without waiting for the cluster: a new request is reserved in the store
+        (``pending``, no job id yet; its :meth:`~MachineRequest.describe` says it is being submitted)
+        and submitted on the provisioner's thread. Once the cluster answered, the request has its job
+        id, or it is ``failed``, its outcome says why, and the profile is not asked again for
+        ``retry_after_s``. Never raises for a cluster that refuses or cannot be reached.
+
+        A waiting driver sees the answer when it asks again: on its next placement attempt, which the
+        listeners (:meth:`add_listener`; a driver worker's :class:`Poller` publishes a placer change)
+        trigger as soon as the submission finishes, and at the latest each lease interval.
         """
         profile = self.profile(profile if isinstance(profile, str) else profile.name)
         now = self.clock()
@@ -132,26 +158,69 @@ class Provisioner(ABC):
         held = self.store.reserve(fresh)
         if held is not None:
             return held  # another driver reserved the profile a moment ago
+        if not self._submitter.put(fresh):  # shut down a moment ago: free the profile for other drivers
+            ended = self._shut_down(profile, fresh)
+            self.store.update(ended)
+            return ended
+        return fresh
+
+    def join_submissions(self, timeout_s: float | None = None) -> bool:
+        """Wait until the submissions asked for so far have returned (at most ``timeout_s`` seconds;
+        ``None``: as long as it takes). Returns whether they have. For callers that need the job id
+        now (tests); a driver never waits."""
+        return self._submitter.join(timeout_s)
+
+    def add_listener(self, listener: SubmissionListener) -> None:
+        """Call ``listener(request)`` when a submission of this process finishes (on the submitting
+        thread, no lock held): e.g. to wake drivers whose run's reason should now name the job."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: SubmissionListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def _submit_reserved(self, request: MachineRequest) -> None:
+        """Submit a reserved request and record what became of it (on the submitting thread)."""
+        profile = self.profiles[request.profile]
         try:
-            job_id = self._submit(profile, fresh)
-        except ProvisionError as exc:
-            failed = fresh.model_copy(update=self._held_off({
+            job_id = self._submit(profile, request)
+        except Exception as exc:  # ProvisionError, said in words; anything else is a bug, logged in full
+            failed = request.model_copy(update=self._held_off({
                 "state": RequestState.FAILED,
                 "outcome": f"could not submit a Slurm job for profile {profile.name!r}: {exc}",
             }))
-            log.warning("%s", failed.outcome)
-            self.store.update(failed)
-            return failed
-        submitted = fresh.model_copy(update={
+            log.warning("%s", failed.outcome, exc_info=not isinstance(exc, ProvisionError))
+            # Not written when the request ended meanwhile (given up, or shut down): nothing to undo.
+            if self.store.update(failed):
+                self._tell(failed)
+            return
+        submitted = request.model_copy(update={
             "job_id": job_id, "machine": profile.machine_name(job_id), "output": self.output_of(profile, job_id),
         })
-        if not self.store.update(submitted):
-            # Ended meanwhile by another process (it judged the submission stale): do not leave a job behind.
+        with self._stopping_lock:
+            try:
+                recorded = not self._stopping and self.store.update(submitted)
+            except Exception:  # a job nobody can find in the store would never be polled nor cancelled
+                log.warning("could not record Slurm job %s of profile %s; cancelling it", job_id, profile.name,
+                            exc_info=True)
+                recorded = False
+        if not recorded:
+            # Ended meanwhile: by another process (it judged the submission stale), or this one shut
+            # down while sbatch ran. Either way, do not leave a job behind.
+            log.info("cancelling Slurm job %s of profile %s: its request ended while it was submitted", job_id,
+                     profile.name)
             self._cancel_quietly(profile, job_id)
             self._settle(profile, submitted)
-            return self.store.last(profile.name) or submitted
-        log.info("submitted Slurm job %s for profile %s (%s)", job_id, profile.name, reason)
-        return submitted
+            return
+        log.info("submitted Slurm job %s for profile %s (%s)", job_id, profile.name, request.reason)
+        self._tell(submitted)
+
+    def _tell(self, request: MachineRequest) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(request)
+            except Exception:  # a listener away (Redis) must not stop the next submission
+                log.warning("a submission listener failed", exc_info=True)
 
     def current(self, profile: SlurmProfile | str) -> MachineRequest | None:
         """The profile's outstanding request, else its most recently ended one (for a waiting run's reason)."""
@@ -177,25 +246,49 @@ class Provisioner(ABC):
                         log.info("profile %s: %s", profile.name, moved.describe(self.clock()))
             return changed
 
-    def shutdown(self) -> list[MachineRequest]:
-        """Cancel every request this process made that is still outstanding (the driver worker is stopping)."""
+    def shutdown(self, timeout_s: float | None = None) -> list[MachineRequest]:
+        """Cancel every request this process made that is still outstanding (the driver worker is stopping).
+
+        Returns those it ended. Submissions queued and not started are dropped. One in flight is ended
+        in the store at once (other drivers stop waiting for it); when its ``sbatch`` returns, the job
+        is cancelled and its credentials removed, as for a request ended meanwhile by another process.
+        Since the process exits next (and the submitting thread with it), shutdown waits for that, at
+        most ``timeout_s`` seconds (default :attr:`submission_limit_s`, which a backend sets to cover
+        its commands' time limits), and warns if it returned too late.
+        """
+        self._submitter.close()
+        with self._stopping_lock:
+            self._stopping = True
         cancelled = []
         for request in self.store.live():
-            if request.owner != self.owner or not request.state.is_outstanding() or request.job_id is None:
+            if request.owner != self.owner or not request.state.is_outstanding():
                 continue
             profile = self.profiles.get(request.profile)
             if profile is None:
                 continue
-            self._cancel_quietly(profile, request.job_id)
-            ended = request.model_copy(update={
-                "state": RequestState.CANCELLED, "ended_at": self.clock(),
-                "outcome": (f"Slurm job {request.job_id} (profile {profile.name!r}) was cancelled: "
-                            "the driver worker that asked for it shut down"),
-            })
+            if request.job_id is not None:
+                self._cancel_quietly(profile, request.job_id)
+            ended = self._shut_down(profile, request)
             if self.store.update(ended):
-                self._settle(profile, ended)
+                if request.job_id is not None:  # a submission in flight is settled once it returns
+                    self._settle(profile, ended)
                 cancelled.append(ended)
+        in_flight = self._submitter.in_flight
+        if not self._submitter.join(self.submission_limit_s if timeout_s is None else timeout_s) \
+                and in_flight is not None:
+            job = self.profiles[in_flight.profile].job_name if in_flight.profile in self.profiles else "?"
+            log.warning("the Slurm submission for profile %s was still running at shutdown; if it went through, "
+                        "its job (named %s) is left in the queue: cancel it with scancel", in_flight.profile, job)
         return cancelled
+
+    def _shut_down(self, profile: SlurmProfile, request: MachineRequest) -> MachineRequest:
+        """``request`` cancelled because this process shuts down (no hold-off: other drivers may ask at once)."""
+        what = (f"Slurm job {request.job_id} (profile {profile.name!r})" if request.job_id is not None
+                else f"the Slurm submission for profile {profile.name!r}")
+        return request.model_copy(update={
+            "state": RequestState.CANCELLED, "ended_at": self.clock(),
+            "outcome": f"{what} was cancelled: the driver worker that asked for it shut down",
+        })
 
     # -- visibility -------------------------------------------------------------------------------
 
@@ -252,7 +345,8 @@ class Provisioner(ABC):
         ``None`` job is gone). ``None``: nothing to write."""
         now = self.clock()
         if request.job_id is None:
-            # Still being submitted; a submission that never finished (its process died) is given up.
+            # Still being submitted; a submission that never finished (its process died, or sbatch outlasted
+            # the attach timeout) is given up: if it returns after all, it cancels the job it got.
             if now - request.submitted_at > profile.attach_timeout_s:
                 return request.model_copy(update=self._held_off({
                     "state": RequestState.FAILED,
@@ -330,7 +424,8 @@ class Poller:
     """Calls :meth:`Provisioner.poll` every ``interval_s`` seconds on a daemon thread, until stopped.
 
     ``on_change`` receives the requests whose state changed (e.g. to wake drivers whose run's reason
-    should now say a job was cancelled); it is called with no lock held.
+    should now say a job was cancelled), and each request whose submission just finished (it has its
+    job id now, or failed); it is called with no lock held.
     """
 
     def __init__(self, provisioner: Provisioner, interval_s: float = 5.0,
@@ -342,8 +437,13 @@ class Poller:
         self._thread = threading.Thread(target=self._run, name="fluksio-provisioner-poll", daemon=True)
 
     def start(self) -> Poller:
+        self.provisioner.add_listener(self._submitted)
         self._thread.start()
         return self
+
+    def _submitted(self, request: MachineRequest) -> None:
+        if self.on_change is not None:
+            self.on_change([request])
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -355,6 +455,7 @@ class Poller:
                 log.warning("polling the provisioner failed", exc_info=True)
 
     def stop(self) -> None:
+        self.provisioner.remove_listener(self._submitted)
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(self.interval_s + 5)

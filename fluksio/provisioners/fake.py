@@ -1,8 +1,10 @@
 """An in-memory provisioner with a pretend scheduler, for tests of everything that uses a provisioner.
 
 Jobs are submitted as ``PENDING``; a test moves them on (:meth:`FakeProvisioner.start`,
-:meth:`~FakeProvisioner.attach`, :meth:`~FakeProvisioner.end`, :meth:`~FakeProvisioner.purge`)
-and can make a profile's submissions fail (:attr:`~FakeProvisioner.refuse`).
+:meth:`~FakeProvisioner.attach`, :meth:`~FakeProvisioner.end`, :meth:`~FakeProvisioner.purge`),
+can make a profile's submissions fail (:attr:`~FakeProvisioner.refuse`) or hang like a slow
+``sbatch`` (:attr:`~FakeProvisioner.gate`). Submissions run on the provisioner's thread, as every
+backend's do: a test that needs the job id calls :meth:`~FakeProvisioner.join_submissions`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from fluksio.provisioners.base import JobState, Provisioner, ProvisionError
 from fluksio.provisioners.config import SlurmProfile
 from fluksio.provisioners.request import MachineRequest
 from fluksio.provisioners.store import RequestStore
+
+#: The longest a submission waits at a closed :attr:`FakeProvisioner.gate`, in seconds (a test that
+#: forgets to open it fails instead of hanging).
+GATE_LIMIT_S = 30.0
 
 
 @dataclass
@@ -46,6 +52,10 @@ class FakeProvisioner(Provisioner):
         self.refuse: dict[str, str] = {}
         #: When set, reading job states raises this (the scheduler does not answer).
         self.unreachable: str | None = None
+        #: When set, a submission waits until this event is set (a slow login node), at most
+        #: :data:`GATE_LIMIT_S`; :attr:`at_gate` is set while one waits.
+        self.gate: threading.Event | None = None
+        self.at_gate = threading.Event()
         self._ids = itertools.count(100)
         self._jobs_lock = threading.Lock()
 
@@ -73,6 +83,12 @@ class FakeProvisioner(Provisioner):
     # -- the backend ------------------------------------------------------------------------------
 
     def _submit(self, profile: SlurmProfile, request: MachineRequest) -> str:
+        if self.gate is not None:
+            self.at_gate.set()
+            opened = self.gate.wait(GATE_LIMIT_S)
+            self.at_gate.clear()
+            if not opened:
+                raise ProvisionError(f"the test never opened the gate (waited {GATE_LIMIT_S:g}s)")
         if profile.name in self.refuse:
             raise ProvisionError(self.refuse[profile.name])
         with self._jobs_lock:

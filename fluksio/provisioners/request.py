@@ -41,7 +41,8 @@ class MachineRequest(BaseModel):
     owner: str
     state: RequestState = RequestState.PENDING
     submitted_at: float
-    #: The cluster's job id; ``None`` while the submission is in flight.
+    #: The cluster's job id; ``None`` while the submission is in flight (the request is reserved, and
+    #: ``sbatch`` has not answered yet).
     job_id: str | None = None
     #: The name its worker attaches under (``slurm-<profile>-<job id>``).
     machine: str | None = None
@@ -63,11 +64,12 @@ class MachineRequest(BaseModel):
         """What the request is doing, for a waiting run's reason and ``fluksio placer``."""
         if not self.state.is_live():
             return self.outcome or f"Slurm job {self.job_id} (profile {self.profile!r}) {self.state.value}"
-        if self.job_id is None:
-            return f"submitting a Slurm job for profile {self.profile!r}"
+        waited = max(0.0, now - self.submitted_at)
+        if self.job_id is None:  # reserved; sbatch (through ssh, perhaps) has not answered yet
+            return (f"submitting a Slurm job for profile {self.profile!r} "
+                    f"(waiting for sbatch's answer for {waited:.0f}s)")
         if self.state is RequestState.ATTACHED:
             return f"Slurm job {self.job_id} (profile {self.profile!r}) is attached as {self.machine}"
         seen = self.job_state or "submitted"
         why = f", {self.job_reason}" if self.job_reason and self.job_reason != "None" else ""
-        return (f"asked Slurm for a machine: job {self.job_id} (profile {self.profile!r}) {seen}{why} "
-                f"for {max(0.0, now - self.submitted_at):.0f}s")
+        return f"asked Slurm for a machine: job {self.job_id} (profile {self.profile!r}) {seen}{why} for {waited:.0f}s"

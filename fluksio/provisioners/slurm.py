@@ -91,6 +91,9 @@ def run_command(argv: list[str], stdin: str | None, timeout_s: float) -> Command
 
 class SlurmProvisioner(Provisioner):
     kind = "slurm"
+    #: A submission writes the credentials file and runs sbatch; one ended meanwhile then runs scancel
+    #: and removes the file: shutdown waits for all four.
+    submission_limit_s = 2 * SBATCH_TIMEOUT_S + 2 * SCANCEL_TIMEOUT_S
 
     def __init__(self, profiles: Sequence[SlurmProfile], settings: Settings, store: RequestStore | None = None,
                  is_attached: AttachedCheck | None = None, *, runner: Runner = run_command,

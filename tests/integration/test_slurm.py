@@ -163,6 +163,15 @@ def provision(slurm: SlurmCluster, settings: Settings, redis_client: redis.Redis
                     provisioner._cancel_quietly(provisioner.profiles[request.profile], request.job_id)
 
 
+def submit(provisioner: SlurmProvisioner, name: str, reason: str) -> MachineRequest:
+    """Ask for a machine and wait for sbatch's answer (``request()`` returns before it): the request then."""
+    asked = provisioner.request(name, reason)
+    assert provisioner.join_submissions(150), "the submission did not return"
+    now = next((r for r in provisioner.store.live() if r.id == asked.id), None) or provisioner.store.last(name)
+    assert now is not None and now.id == asked.id, f"request {asked.id} is neither live nor {name}'s last"
+    return now
+
+
 def poll_until(provisioner: SlurmProvisioner, request: MachineRequest, states: set[RequestState],
                timeout: float) -> MachineRequest:
     """Poll as a driver's Poller would, until the request reaches one of ``states``."""
@@ -188,7 +197,7 @@ def test_a_job_for_a_cluster_profile_attaches_a_worker_that_leaves_when_idle(
         slurm: SlurmCluster) -> None:
     slurm_profile = profile(workdir, "cluster", idle_timeout_s=6)
     provisioner = provision(slurm_profile)
-    request = provisioner.request("cluster", "a node waits for a worker labelled 'cluster'")
+    request = submit(provisioner, "cluster", "a node waits for a worker labelled 'cluster'")
     assert request.state is RequestState.PENDING and request.job_id, request.outcome
     # One outstanding request per profile: asking again gets the same job.
     assert provisioner.request("cluster", "another node waits").job_id == request.job_id
@@ -215,8 +224,8 @@ def test_a_job_for_a_cluster_profile_attaches_a_worker_that_leaves_when_idle(
 def test_a_held_job_is_cancelled_after_the_attach_timeout_and_says_why(
         provision: Callable[..., SlurmProvisioner], workdir: Path, slurm: SlurmCluster) -> None:
     provisioner = provision(profile(workdir, "held", sbatch_args=["--hold"], attach_timeout_s=4))
-    request = provisioner.request("held", "a node waits for a worker labelled 'cluster'")
-    assert request.state is RequestState.PENDING
+    request = submit(provisioner, "held", "a node waits for a worker labelled 'cluster'")
+    assert request.state is RequestState.PENDING and request.job_id, request.outcome
     provisioner.poll()
     [row] = provisioner.status()
     assert (row["state"], row["job_id"], row["job_state"], row["job_reason"]) == (
@@ -235,7 +244,7 @@ def test_a_held_job_is_cancelled_after_the_attach_timeout_and_says_why(
 def test_a_job_larger_than_the_node_never_attaches_and_is_cancelled_or_refused(
         provision: Callable[..., SlurmProvisioner], workdir: Path, slurm: SlurmCluster) -> None:
     provisioner = provision(profile(workdir, "huge", cpus=(os.cpu_count() or 1) + 62, attach_timeout_s=4))
-    request = provisioner.request("huge", "a node waits for a worker labelled 'cluster'")
+    request = submit(provisioner, "huge", "a node waits for a worker labelled 'cluster'")
     if request.state is RequestState.FAILED:  # some Slurm versions refuse it at once
         assert "sbatch refused the job" in request.outcome
         return
@@ -249,8 +258,8 @@ def test_shutdown_cancels_an_outstanding_request(provision: Callable[..., SlurmP
     held = profile(workdir, "stopping", sbatch_args=["--hold"], attach_timeout_s=300)
     provisioner = provision(held)
     bystander = provision(profile(workdir, "other", sbatch_args=["--hold"], attach_timeout_s=300))
-    request = provisioner.request("stopping", "a node waits")
-    theirs = bystander.request("other", "another driver's node waits")
+    request = submit(provisioner, "stopping", "a node waits")
+    theirs = submit(bystander, "other", "another driver's node waits")
     assert slurm.squeue(request.job_id).startswith("PENDING")
     [cancelled] = provisioner.shutdown()
     assert cancelled.id == request.id and cancelled.state is RequestState.CANCELLED
@@ -259,6 +268,42 @@ def test_shutdown_cancels_an_outstanding_request(provision: Callable[..., SlurmP
     # Another process's request is not this driver's to cancel.
     assert slurm.squeue(theirs.job_id).startswith("PENDING")
     assert provisioner.store.outstanding("other") == theirs
+
+
+def test_shutdown_while_sbatch_runs_cancels_the_job_it_returns(provision: Callable[..., SlurmProvisioner],
+                                                               workdir: Path, slurm: SlurmCluster) -> None:
+    """A slow login node: the driver worker stops while sbatch has not answered. Once it does, the job is
+    cancelled (nothing is left in the queue), and a driver that asks meanwhile is never held up."""
+    import threading
+
+    provisioner = provision(profile(workdir, "slow", sbatch_args=["--hold"], attach_timeout_s=300))
+    answer, in_sbatch, submitted = threading.Event(), threading.Event(), []
+
+    def slow_sbatch(argv: list[str], stdin: str | None, timeout_s: float) -> CommandResult:
+        if argv[0] == "sbatch":
+            in_sbatch.set()
+            assert answer.wait(60)
+        result = run_command(argv, stdin, timeout_s)
+        if argv[0] == "sbatch":
+            submitted.append(result.stdout.strip())
+        return result
+
+    provisioner.runner = slow_sbatch
+    started = time.monotonic()
+    asked = provisioner.request("slow", "a node waits")
+    assert time.monotonic() - started < 1.0 and asked.job_id is None
+    assert "submitting a Slurm job for profile 'slow'" in asked.describe(time.time())
+    assert in_sbatch.wait(10)
+    stopping = threading.Thread(target=provisioner.shutdown, kwargs={"timeout_s": 60})
+    stopping.start()
+    answer.set()
+    stopping.join(90)
+    assert not stopping.is_alive()
+    [job_id] = submitted
+    assert job_id.isdigit()  # sbatch did submit it ...
+    slurm.wait_state(job_id, {"CANCELLED", ""}, timeout=20)  # ... and it was cancelled
+    ended = provisioner.store.last("slow")
+    assert ended.id == asked.id and ended.state is RequestState.CANCELLED and provisioner.store.live() == []
 
 
 #: The password of the password-protected Redis below: it must reach the worker and nothing Slurm keeps.
@@ -299,7 +344,7 @@ def test_a_password_protected_broker_reaches_the_job_but_not_slurms_records(
     folder = workdir / ".fluksio" / "credentials"
     try:
         # 1. A job that never starts: its credentials wait in a private file, which goes when it is cancelled.
-        held = provisioner.request("held-secret", "a node waits")
+        held = submit(provisioner, "held-secret", "a node waits")
         assert held.state is RequestState.PENDING, held.outcome
         waiting = folder / f"{held.id}.env"
         assert waiting.stat().st_mode & 0o777 == 0o600 and folder.stat().st_mode & 0o777 == 0o700
@@ -310,7 +355,7 @@ def test_a_password_protected_broker_reaches_the_job_but_not_slurms_records(
         assert not waiting.exists()
 
         # 2. A job that starts: its worker authenticates with the password, read from the file it removed.
-        request = provisioner.request("secret", "a node waits")
+        request = submit(provisioner, "secret", "a node waits")
         assert request.state is RequestState.PENDING, request.outcome
         attached = poll_until(provisioner, request, {RequestState.ATTACHED}, timeout=120)
         assert client.exists(HEARTBEAT_KEY + attached.machine)
@@ -332,7 +377,7 @@ def test_sbatch_through_ssh_reports_an_unreachable_login_node(settings: Settings
 
     provisioner = SlurmProvisioner([profile(workdir, "remote", host="nobody@127.0.0.1")], settings,
                                    runner=ssh_to_port_1)
-    request = provisioner.request("remote", "why")
+    request = submit(provisioner, "remote", "why")
     assert request.state is RequestState.FAILED and request.job_id is None
     assert request.outcome.startswith("could not submit a Slurm job for profile 'remote': ")
     # Without an ssh client here the message says that instead.
@@ -359,6 +404,7 @@ def test_the_redis_store_lets_one_of_many_racing_drivers_submit(redis_client: re
         thread.start()
     for thread in threads:
         thread.join(10)
+    assert all(d.join_submissions(10) for d in drivers)
     assert sum(len(d.jobs) for d in drivers) == 1 and len({a.id for a in answers}) == 1
     [submitter] = [d for d in drivers if d.jobs]
     job_id = next(iter(submitter.jobs))
@@ -467,6 +513,10 @@ def test_a_run_requiring_label_cluster_gets_a_slurm_worker(slurm: SlurmCluster, 
                 time.sleep(0.2)
             pending = store.outstanding("parked")
             assert pending is not None and pending.job_id is not None
+            # The driver re-asks once woken by the finished submission, and says so.
+            while time.monotonic() < deadline and "asked Slurm for a machine" not in (
+                    client.get(parked.id).status_reason or ""):
+                time.sleep(0.2)
             assert "asked Slurm for a machine" in (client.get(parked.id).status_reason or "")
             setup.stop("driver")
             slurm.wait_state(pending.job_id, {"CANCELLED", ""}, timeout=20)

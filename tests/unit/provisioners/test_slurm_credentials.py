@@ -10,6 +10,9 @@ import shlex
 import stat
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,9 @@ from fluksio.provisioners.request import MachineRequest, RequestState
 from fluksio.provisioners.slurm import SSH_OPTIONS, CommandResult, SlurmProvisioner, run_command
 from fluksio.provisioners.slurm_script import batch_script, secret_environment, worker_environment
 from fluksio.settings import Settings
+
+#: The ``submitted`` fixture (conftest.py): ask, and wait for the submission to return.
+Submitted = Callable[..., MachineRequest]
 
 #: Settings whose URLs carry passwords, as users write them; and the passwords a script must not show.
 SECRET_SETTINGS = {
@@ -138,10 +144,10 @@ def test_a_script_is_never_written_with_a_password_in_it(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("case", SECRET_SETTINGS)
 def test_local_submission_writes_a_private_credentials_file_and_a_script_without_passwords(
-        case: str, tmp_path: Path) -> None:
+        case: str, tmp_path: Path, submitted: Submitted) -> None:
     fields, passwords = SECRET_SETTINGS[case]
     provisioner, cluster, _ = slurm(tmp_path, Settings(**fields))
-    request = provisioner.request("cpu", "why")
+    request = submitted(provisioner, "cpu")
     assert request.job_id == "5", request.outcome
     [script] = cluster.scripts
     assert not any(password in script for password in passwords), script
@@ -158,9 +164,9 @@ def test_local_submission_writes_a_private_credentials_file_and_a_script_without
     assert not path.exists()  # the job removed it once read
 
 
-def test_a_job_started_without_its_credentials_file_says_so(tmp_path: Path) -> None:
+def test_a_job_started_without_its_credentials_file_says_so(tmp_path: Path, submitted: Submitted) -> None:
     provisioner, cluster, _ = slurm(tmp_path, Settings(broker_url="redis://:pw@h:6379/0"))
-    request = provisioner.request("cpu", "why")
+    request = submitted(provisioner, "cpu")
     Path(provisioner.credentials_path(provisioner.profiles["cpu"], request)).unlink()
     done, seen = run_script(cluster.scripts[0], tmp_path)
     assert done.returncode == 1 and seen == {}
@@ -168,9 +174,9 @@ def test_a_job_started_without_its_credentials_file_says_so(tmp_path: Path) -> N
            "which holds FLUKSIO_BROKER_URL" in done.stderr
 
 
-def test_cancelling_a_job_that_never_started_removes_its_credentials(tmp_path: Path) -> None:
+def test_cancelling_a_job_that_never_started_removes_its_credentials(tmp_path: Path, submitted: Submitted) -> None:
     provisioner, _, clock = slurm(tmp_path, Settings(broker_url="redis://:pw@h:6379/0"))
-    request = provisioner.request("cpu", "why")
+    request = submitted(provisioner, "cpu")
     path = Path(provisioner.credentials_path(provisioner.profiles["cpu"], request))
     assert path.exists()
     provisioner.poll()
@@ -181,28 +187,28 @@ def test_cancelling_a_job_that_never_started_removes_its_credentials(tmp_path: P
     assert not path.exists()
 
 
-def test_shutting_down_removes_the_credentials_of_outstanding_requests(tmp_path: Path) -> None:
+def test_shutting_down_removes_the_credentials_of_outstanding_requests(tmp_path: Path, submitted: Submitted) -> None:
     provisioner, _, _ = slurm(tmp_path, Settings(broker_url="redis://:pw@h:6379/0"))
-    path = Path(provisioner.credentials_path(provisioner.profiles["cpu"], provisioner.request("cpu", "why")))
+    path = Path(provisioner.credentials_path(provisioner.profiles["cpu"], submitted(provisioner, "cpu")))
     [cancelled] = provisioner.shutdown()
     assert cancelled.state is RequestState.CANCELLED and not path.exists()
 
 
-def test_a_job_that_ended_before_attaching_leaves_no_credentials(tmp_path: Path) -> None:
+def test_a_job_that_ended_before_attaching_leaves_no_credentials(tmp_path: Path, submitted: Submitted) -> None:
     provisioner, cluster, _ = slurm(tmp_path, Settings(broker_url="redis://:pw@h:6379/0"))
-    path = Path(provisioner.credentials_path(provisioner.profiles["cpu"], provisioner.request("cpu", "why")))
+    path = Path(provisioner.credentials_path(provisioner.profiles["cpu"], submitted(provisioner, "cpu")))
     cluster.squeue = "5|FAILED|NonZeroExitCode\n"  # e.g. its prerun failed before the script read the file
     [failed] = provisioner.poll()
     assert failed.state is RequestState.FAILED and not path.exists()
 
 
-def test_a_refused_submission_leaves_no_credentials(tmp_path: Path) -> None:
+def test_a_refused_submission_leaves_no_credentials(tmp_path: Path, submitted: Submitted) -> None:
     def refuse(argv: list[str], stdin: str | None, timeout_s: float) -> CommandResult:
         return CommandResult(1, "", "sbatch: error: invalid partition specified: nope\n")
 
     provisioner = SlurmProvisioner([profile()], Settings(broker_url="redis://:pw@h:6379/0"), runner=refuse,
                                    cwd=tmp_path)
-    request = provisioner.request("cpu", "why")
+    request = submitted(provisioner, "cpu")
     assert request.state is RequestState.FAILED and "invalid partition" in (request.outcome or "")
     assert list((tmp_path / ".fluksio" / "credentials").iterdir()) == []
 
@@ -219,9 +225,9 @@ def test_a_submission_that_never_finished_leaves_no_credentials(tmp_path: Path) 
     assert failed.state is RequestState.FAILED and not path.exists()
 
 
-def test_no_credentials_file_without_a_password(tmp_path: Path) -> None:
+def test_no_credentials_file_without_a_password(tmp_path: Path, submitted: Submitted) -> None:
     provisioner, cluster, clock = slurm(tmp_path, Settings(broker_url="redis://h:6379/0"))
-    provisioner.request("cpu", "why")
+    submitted(provisioner, "cpu")
     assert not (tmp_path / "project" / ".fluksio").exists()
     assert "export FLUKSIO_BROKER_URL=redis://h:6379/0" in cluster.scripts[0].splitlines()
 
@@ -254,11 +260,11 @@ def test_sbatch_does_not_get_this_process_fluksio_variables(monkeypatch: pytest.
 # -- sbatch through ssh -------------------------------------------------------------------------------------
 
 
-def test_through_ssh_the_credentials_file_is_written_on_the_login_node(tmp_path: Path) -> None:
+def test_through_ssh_the_credentials_file_is_written_on_the_login_node(tmp_path: Path, submitted: Submitted) -> None:
     provisioner, cluster, clock = slurm(tmp_path, Settings(broker_url="redis://:ssh-pw@h:6379/0",
                                                            database_url="postgresql://u:db-pw@db/f"),
                                         host="me@login1")
-    request = provisioner.request("cpu", "why")
+    request = submitted(provisioner, "cpu")
     assert request.job_id == "5", request.outcome
     # Written on the login node, under its home (where sbatch runs and the job starts), never here.
     path = cluster.home / ".fluksio" / "credentials" / f"{request.id}.env"
@@ -278,9 +284,10 @@ def test_through_ssh_the_credentials_file_is_written_on_the_login_node(tmp_path:
     assert not path.exists()
 
 
-def test_through_ssh_cancelling_a_pending_job_removes_its_credentials_on_the_login_node(tmp_path: Path) -> None:
+def test_through_ssh_cancelling_a_pending_job_removes_its_credentials_on_the_login_node(
+        tmp_path: Path, submitted: Submitted) -> None:
     provisioner, cluster, clock = slurm(tmp_path, Settings(broker_url="redis://:pw@h:6379/0"), host="login1")
-    request = provisioner.request("cpu", "why")
+    request = submitted(provisioner, "cpu")
     path = cluster.home / ".fluksio" / "credentials" / f"{request.id}.env"
     assert path.exists()
     clock.now += 61
@@ -290,10 +297,47 @@ def test_through_ssh_cancelling_a_pending_job_removes_its_credentials_on_the_log
     assert not path.exists()
 
 
-def test_through_ssh_a_login_node_that_cannot_write_the_file_fails_the_request(tmp_path: Path) -> None:
+def test_through_ssh_a_login_node_that_cannot_write_the_file_fails_the_request(
+        tmp_path: Path, submitted: Submitted) -> None:
     provisioner, cluster, _ = slurm(tmp_path, Settings(broker_url="redis://:pw@h:6379/0"), host="login1")
     (cluster.home / ".fluksio").write_text("not a folder")
-    request = provisioner.request("cpu", "why")
+    request = submitted(provisioner, "cpu")
     assert request.state is RequestState.FAILED and cluster.scripts == []  # nothing submitted
     assert (request.outcome or "").startswith("could not submit a Slurm job for profile 'cpu': cannot write the "
                                               "job's credentials file in ~/.fluksio/credentials on login1: ")
+
+
+def test_through_ssh_a_slow_login_node_holds_no_caller_up_and_shutdown_leaves_nothing_behind(
+        tmp_path: Path) -> None:
+    """request() returns while ssh still runs sbatch (a driver's loop must go on refreshing its run's lease);
+    a driver worker that shuts down meanwhile gets the job cancelled, and its credentials removed, once
+    sbatch answers."""
+    provisioner, cluster, _ = slurm(tmp_path, Settings(broker_url="redis://:pw@h:6379/0"), host="login1")
+    answer, in_sbatch = threading.Event(), threading.Event()
+
+    def slow_login_node(argv: list[str], stdin: str | None, timeout_s: float) -> CommandResult:
+        if shlex.split(argv[-1])[0] == "sbatch":
+            in_sbatch.set()
+            assert answer.wait(30)
+        return cluster(argv, stdin, timeout_s)
+
+    provisioner.runner = slow_login_node
+    started = time.monotonic()
+    request = provisioner.request("cpu", "why")
+    assert time.monotonic() - started < 1.0 and request.job_id is None
+    assert in_sbatch.wait(5)
+    path = cluster.home / ".fluksio" / "credentials" / f"{request.id}.env"
+    assert path.exists()  # written before sbatch runs
+
+    stopping = threading.Thread(target=provisioner.shutdown, kwargs={"timeout_s": 10})
+    stopping.start()
+    deadline = time.monotonic() + 5
+    while provisioner.store.last("cpu") is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert provisioner.store.last("cpu").state is RequestState.CANCELLED and stopping.is_alive()
+    answer.set()
+    stopping.join(10)
+    assert not stopping.is_alive()
+    assert [shlex.split(argv[-1]) for argv in cluster.calls[1:]] == [
+        ["sbatch", "--parsable"], ["scancel", "5"], ["rm", "-f", "--", f".fluksio/credentials/{request.id}.env"]]
+    assert not path.exists() and provisioner.store.live() == []

@@ -7,13 +7,14 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from fluksio.provisioners.base import JobState, ProvisionError
 from fluksio.provisioners.config import SlurmProfile
-from fluksio.provisioners.request import RequestState
+from fluksio.provisioners.request import MachineRequest, RequestState
 from fluksio.provisioners.slurm import CommandResult, SlurmProvisioner, run_command
 from fluksio.provisioners.slurm_script import (
     batch_script,
@@ -22,6 +23,9 @@ from fluksio.provisioners.slurm_script import (
     worker_environment,
 )
 from fluksio.settings import Settings
+
+#: The ``submitted`` fixture (conftest.py): ask, and wait for the submission to return.
+Submitted = Callable[..., MachineRequest]
 
 
 def profile(**changes: object) -> SlurmProfile:
@@ -187,10 +191,11 @@ def provisioner(settings: Settings, runner: FakeRunner, cwd: Path = Path("/home/
     return SlurmProvisioner([profile(**changes)], settings, runner=runner, cwd=cwd)
 
 
-def test_local_submission_runs_sbatch_here_with_the_script_on_stdin(settings: Settings, tmp_path: Path) -> None:
+def test_local_submission_runs_sbatch_here_with_the_script_on_stdin(settings: Settings, tmp_path: Path,
+                                                                    submitted: Submitted) -> None:
     runner = FakeRunner(ok("1234\n"))
     slurm = provisioner(settings, runner, tmp_path)
-    request = slurm.request("cpu", "run r1 node n waits for a worker labelled 'cluster'")
+    request = submitted(slurm, "cpu", "run r1 node n waits for a worker labelled 'cluster'")
     assert (request.job_id, request.machine, request.state) == ("1234", "slurm-cpu-1234", RequestState.PENDING)
     assert request.output == f"{tmp_path}/fluksio-cpu-1234.out"
     [(argv, stdin, timeout)] = runner.calls
@@ -201,10 +206,10 @@ def test_local_submission_runs_sbatch_here_with_the_script_on_stdin(settings: Se
     assert 0 < timeout <= 120
 
 
-def test_ssh_submission_runs_sbatch_on_the_login_node(settings: Settings) -> None:
+def test_ssh_submission_runs_sbatch_on_the_login_node(settings: Settings, submitted: Submitted) -> None:
     runner = FakeRunner(ok("/home/me/.fluksio/credentials\n"), ok("88;cluster1\n"))
     slurm = provisioner(settings, runner, host="me@login.example.org")
-    request = slurm.request("cpu", "why")
+    request = submitted(slurm, "cpu")
     assert request.job_id == "88" and request.output == "me@login.example.org:fluksio-cpu-88.out"
     [_write_credentials, (argv, stdin, _)] = runner.calls
     assert argv == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "me@login.example.org",
@@ -213,14 +218,14 @@ def test_ssh_submission_runs_sbatch_on_the_login_node(settings: Settings) -> Non
     assert f". /home/me/.fluksio/credentials/{request.id}.env" in stdin.splitlines()
 
 
-def test_squeue_and_scancel_command_lines_here_and_through_ssh(tmp_path: Path) -> None:
+def test_squeue_and_scancel_command_lines_here_and_through_ssh(tmp_path: Path, submitted: Submitted) -> None:
     settings = Settings(broker_url="redis://10.0.0.5:6379/0")  # no password: no credentials file to write
     for host, wrap in (("", lambda cmd: cmd), ("login1", lambda cmd: ["ssh", "-o", "BatchMode=yes", "-o",
                                                                       "ConnectTimeout=15", "login1", shlex.join(cmd)])):
         runner = FakeRunner(ok("5\n"), ok("5|PENDING|JobHeldUser\n"))
         now = [1000.0]
         slurm = SlurmProvisioner([profile(host=host)], settings, runner=runner, clock=lambda: now[0], cwd=tmp_path)
-        slurm.request("cpu", "why")
+        submitted(slurm, "cpu")
         slurm.poll()
         squeue = ["squeue", "--noheader", "--states=all", "--jobs=5", "--format=%i|%T|%r"]
         assert runner.calls[1][0] == wrap(squeue)
@@ -239,12 +244,12 @@ def test_the_ssh_remote_command_quotes_the_squeue_format(settings: Settings) -> 
     assert remote == "squeue '--format=%i|%T|%r'"  # the | reaches squeue, not the remote shell
 
 
-def test_a_refusing_sbatch_fails_the_request_with_its_words(settings: Settings) -> None:
+def test_a_refusing_sbatch_fails_the_request_with_its_words(settings: Settings, submitted: Submitted) -> None:
     runner = FakeRunner(CommandResult(1, "", "sbatch: error: Batch job submission failed: "
                                              "Requested node configuration is not available\n"))
     runner.answers.insert(0, ok("/home/me/.fluksio/credentials\n"))  # the credentials file is written first
     slurm = provisioner(settings, runner, host="login1")
-    request = slurm.request("cpu", "why")
+    request = submitted(slurm, "cpu")
     assert request.state is RequestState.FAILED and request.job_id is None
     # ... and removed again, since no job will read it.
     assert runner.calls[-1][0][-1] == f"rm -f -- .fluksio/credentials/{request.id}.env"
@@ -253,8 +258,9 @@ def test_a_refusing_sbatch_fails_the_request_with_its_words(settings: Settings) 
                                "is not available (exit 1)")
 
 
-def test_an_answer_that_is_not_a_job_id_is_an_error(settings: Settings, tmp_path: Path) -> None:
-    request = provisioner(settings, FakeRunner(ok("Submitted batch job 12\n")), tmp_path).request("cpu", "why")
+def test_an_answer_that_is_not_a_job_id_is_an_error(settings: Settings, tmp_path: Path,
+                                                     submitted: Submitted) -> None:
+    request = submitted(provisioner(settings, FakeRunner(ok("Submitted batch job 12\n")), tmp_path), "cpu")
     assert request.state is RequestState.FAILED
     assert "sbatch answered 'Submitted batch job 12', not a job id" in (request.outcome or "")
     assert list((tmp_path / ".fluksio/credentials").iterdir()) == []  # no job will read it: removed

@@ -30,7 +30,8 @@ from fluksio.runs.runtime import Runtime
 from fluksio.schemas import Grant, NodeStatus, RunStatus
 from fluksio.settings import redact_url
 from fluksio.store import runs as run_rows
-from fluksio.store.models import RunArtifact, RunNode
+from fluksio.store.models import RunNode
+from fluksio.store.nodes import ArtifactRow, NodeRow
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +278,7 @@ class Driver:
         if hit is None:
             return False
         now = run_rows.utcnow()
-        self.journal.add(RunNode(
+        self.journal.add(NodeRow(
             run_id=self.run_id, node=node, attempt=1, status=NodeStatus.CACHED.value, started_at=now,
             finished_at=now, duration_ms=0, cache_key=key, outputs=hit.outputs, cached_from=hit.run_id,
         ), event={"node": node, "status": NodeStatus.CACHED.value, "cached_from": hit.run_id})
@@ -370,7 +371,7 @@ class Driver:
         logs = message.get("logs")
         if node in self.warnings:
             logs = f"[fluksio] {self.warnings[node]}\n{logs or ''}"
-        row = RunNode(
+        row = NodeRow(
             run_id=self.run_id, node=node, attempt=message["attempt"],
             status=NodeStatus.OK.value if ok else NodeStatus.ERROR.value,
             machine=message.get("machine"), gpus=message.get("gpus") or [],
@@ -383,7 +384,7 @@ class Driver:
         if row.started_at and row.finished_at:
             row.duration_ms = int((row.finished_at - row.started_at).total_seconds() * 1000)
         artifacts = [
-            RunArtifact(run_id=self.run_id, node=node, message=a["message"], digest=a["digest"], size=a["size"],
+            ArtifactRow(run_id=self.run_id, node=node, message=a["message"], digest=a["digest"], size=a["size"],
                         media_type=a.get("media_type") or "application/octet-stream", name=a.get("name"))
             for a in (message.get("artifacts") or [])
         ] if ok else []
@@ -444,7 +445,7 @@ class Driver:
         """Rows for nodes that never ran (or were killed); written with the next batch of rows."""
         now = run_rows.utcnow()
         for node in nodes:
-            self.journal.add(RunNode(
+            self.journal.add(NodeRow(
                 run_id=self.run_id, node=node, attempt=self.attempts.get(node, 1), status=status.value,
                 machine=grant.machine if grant else None, gpus=list(grant.gpus) if grant else [],
                 finished_at=now, error=error,

@@ -13,8 +13,7 @@ from typing import Any
 
 from fluksio.runs.events import Events
 from fluksio.store.db import Database
-from fluksio.store.models import RunArtifact, RunNode
-from fluksio.store.nodes import record_nodes
+from fluksio.store.nodes import ArtifactRow, NodeRow, record_nodes
 
 #: Rows that wait for company are written once this many have come (a drain of the inbox may bring
 #: more at once: they go in the same transaction), …
@@ -31,13 +30,13 @@ class Journal:
         self.db = db
         self.events = events
         self.run_id = run_id
-        self._unwritten: list[tuple[RunNode, list[RunArtifact], dict[str, Any] | None]] = []
+        self._unwritten: list[tuple[NodeRow, list[ArtifactRow], dict[str, Any] | None]] = []
         #: ``time.monotonic()`` when the oldest unwritten row came, in seconds.
         self._since = 0.0
         #: ``node_finished`` events of rows written, published by ``announce``.
         self._unannounced: list[dict[str, Any]] = []
 
-    def add(self, row: RunNode, artifacts: list[RunArtifact] | None = None,
+    def add(self, row: NodeRow, artifacts: list[ArtifactRow] | None = None,
             event: dict[str, Any] | None = None) -> None:
         """Collect a row (with the artifacts its node made, and the ``node_finished`` fields to announce)."""
         if not self._unwritten:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import insert, select
@@ -14,8 +16,46 @@ from fluksio.store.db import Database, retried
 from fluksio.store.models import RunArtifact, RunNode
 
 
+@dataclass(slots=True)
+class NodeRow:
+    """A node row on its way to the store: ``RunNode``'s columns (but the id), as a plain object.
+
+    A driver makes one per finished node; an ORM instance, with its per-instance bookkeeping, cost
+    about 9 % of a fan-out driver's time, and ``record_nodes`` writes plain values anyway.
+    """
+
+    run_id: str
+    node: str
+    status: str
+    attempt: int = 1
+    machine: str | None = None
+    gpus: list[int] = field(default_factory=list)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration_ms: int | None = None
+    error: str | None = None
+    logs: str | None = None
+    cache_key: str | None = None
+    outputs: dict[str, Any] | None = None
+    cached_from: str | None = None
+
+
+@dataclass(slots=True)
+class ArtifactRow:
+    """An artifact row on its way to the store: ``RunArtifact``'s columns (but the id)."""
+
+    run_id: str
+    node: str
+    message: str
+    digest: str
+    size: int
+    media_type: str
+    name: str | None = None
+
+
 @retried
-def record_nodes(db: Database, rows: Sequence[RunNode], artifacts: Sequence[RunArtifact] = ()) -> None:
+def record_nodes(db: Database, rows: Sequence[NodeRow | RunNode],
+                 artifacts: Sequence[ArtifactRow | RunArtifact] = ()) -> None:
     """Node rows (and the artifacts their nodes made) in one transaction.
 
     A driver writes every completion it collected in one go: a fan-out finishing a hundred calls at
@@ -37,7 +77,7 @@ def record_nodes(db: Database, rows: Sequence[RunNode], artifacts: Sequence[RunA
             connection.execute(insert(RunArtifact), [artifact_values(a) for a in made])
 
 
-def node_values(row: RunNode) -> dict[str, Any]:
+def node_values(row: NodeRow | RunNode) -> dict[str, Any]:
     """The row's columns, its id aside (the database numbers rows), with the model's defaults filled in."""
     return {
         "run_id": row.run_id, "node": row.node, "attempt": row.attempt or 1, "status": row.status,
@@ -47,7 +87,7 @@ def node_values(row: RunNode) -> dict[str, Any]:
     }
 
 
-def artifact_values(artifact: RunArtifact) -> dict[str, Any]:
+def artifact_values(artifact: ArtifactRow | RunArtifact) -> dict[str, Any]:
     return {
         "run_id": artifact.run_id, "node": artifact.node, "message": artifact.message, "digest": artifact.digest,
         "size": artifact.size, "media_type": artifact.media_type, "name": artifact.name,

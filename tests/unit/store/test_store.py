@@ -508,3 +508,14 @@ def test_a_retried_node_write_does_not_list_its_artifacts_twice(db):
     write()  # the same write again, as @retried sends it when a commit's answer was lost
     assert len(artifacts_of(db, run.id)) == 1
     assert len(node_rows(db, run.id)) == 1
+
+
+def test_the_plain_rows_have_the_models_columns():
+    # A column added to a model but not to its plain row could never be written by a driver.
+    from dataclasses import fields
+
+    from fluksio.store.nodes import ArtifactRow, NodeRow
+
+    assert {f.name for f in fields(NodeRow)} == {c.key for c in RunNode.__table__.columns if not c.primary_key}
+    assert {f.name for f in fields(ArtifactRow)} == {c.key for c in RunArtifact.__table__.columns
+                                                     if not c.primary_key}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,3 +80,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("fluksio compass")
         for figure, count in _compass.figures.items():
             terminalreporter.write_line(f"{figure}: {count}")
+
+
+@pytest.fixture
+def forget_imported_flow_files() -> Iterator[None]:
+    """Flow files are imported as modules; drop the ones a test made so tests stay independent."""
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.startswith(("fluksio_flowfile_", "flowpkg_")):
+            del sys.modules[name]

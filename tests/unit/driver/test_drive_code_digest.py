@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from fluksio import Settings
 from fluksio.driver.drive import drive
 from fluksio.execution.call import execute_call
 from fluksio.flows.registry import FlowRegistry
@@ -37,22 +36,12 @@ def step(x):
 """
 
 
-@pytest.fixture(autouse=True)
-def _forget_imported_flow_files():
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        if name.startswith("fluksio_flowfile_"):
-            del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("forget_imported_flow_files")
 
 
 @pytest.fixture
-def runtime(tmp_path):
-    settings = Settings(broker_url="memory://", database_url=f"sqlite:///{tmp_path / 'runs.db'}",
-                        artifacts_dir=tmp_path / "artifacts", cpus=4)
-    built = Runtime.embedded(settings)
-    yield built
-    built.close()
+def runtime(make_runtime):
+    return make_runtime(cpus=4)
 
 
 @pytest.fixture

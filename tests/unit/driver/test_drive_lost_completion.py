@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from fluksio import Flow, Settings
+from fluksio import Flow
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import Grant
 from fluksio.store.runs import get_run, node_rows
@@ -14,12 +14,8 @@ from tests.unit.driver.test_drive_rows import answer, drive_with, hop
 
 
 @pytest.fixture
-def runtime(tmp_path):
-    settings = Settings(broker_url="memory://", database_url=f"sqlite:///{tmp_path / 'runs.db'}",
-                        artifacts_dir=tmp_path / "artifacts", cpus=2, heartbeat_interval_s=0.05)
-    built = Runtime.embedded(settings)
-    yield built
-    built.close()
+def runtime(make_runtime):
+    return make_runtime(cpus=2, heartbeat_interval_s=0.05)
 
 
 def flow_with_retries(retries: int) -> Flow:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from fluksio import Flow, Settings
+from fluksio import Flow
 from fluksio.driver.drive import drive
 from fluksio.driver.journal import WRITE_DELAY_S
 from fluksio.runs.inbox import DONE
@@ -26,12 +26,8 @@ from fluksio.store.runs import get_run, node_rows
 
 
 @pytest.fixture
-def runtime(tmp_path):
-    settings = Settings(broker_url="memory://", database_url=f"sqlite:///{tmp_path / 'runs.db'}",
-                        artifacts_dir=tmp_path / "artifacts", cpus=500)
-    built = Runtime.embedded(settings)
-    yield built
-    built.close()
+def runtime(make_runtime):
+    return make_runtime(cpus=500)
 
 
 @pytest.fixture

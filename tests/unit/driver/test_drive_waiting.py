@@ -8,18 +8,13 @@ from typing import Any
 
 import pytest
 
-from fluksio import Flow, Settings
-from fluksio.runs.runtime import Runtime
+from fluksio import Flow
 from tests.unit.driver.test_drive_rows import answer, drive_with, hop
 
 
 @pytest.fixture
-def runtime(tmp_path):
-    settings = Settings(broker_url="memory://", database_url=f"sqlite:///{tmp_path / 'runs.db'}",
-                        artifacts_dir=tmp_path / "artifacts", cpus=1, lease_interval_s=0.05)
-    built = Runtime.embedded(settings)
-    yield built
-    built.close()
+def runtime(make_runtime):
+    return make_runtime(cpus=1, lease_interval_s=0.05)
 
 
 def test_a_driver_keeps_its_waiting_call_listed_while_it_waits(runtime):

@@ -34,14 +34,7 @@ not_a_flow = 42
 """
 
 
-@pytest.fixture(autouse=True)
-def _forget_imported_flow_files():
-    """Flow files are imported as modules; drop the ones a test made so tests stay independent."""
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        if name.startswith(("fluksio_flowfile_", "flowpkg_")):
-            del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("forget_imported_flow_files")
 
 
 def write(path: Path, text: str) -> Path:

@@ -26,13 +26,7 @@ def step(x):
 """
 
 
-@pytest.fixture(autouse=True)
-def _forget_imported_flow_files():
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        if name.startswith("fluksio_flowfile_"):
-            del sys.modules[name]
+pytestmark = pytest.mark.usefixtures("forget_imported_flow_files")
 
 
 def write(path: Path, text: str) -> None:

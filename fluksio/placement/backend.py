@@ -120,14 +120,16 @@ class Books(ABC):
 
     @abstractmethod
     def take_best(self, candidates: Sequence[str] | None, resources: Resources, grant_id: str,
-                  clamped_from: Resources | None = None) -> Grant | None:
+                  clamped_from: Resources | None = None,
+                  planned_on: Sequence[Inventory] | None = None) -> Grant | None:
         """Atomically hold ``resources`` on the preferred candidate that has them free now.
 
         ``candidates`` names the machines the call may go to (``None``: any live machine). Among those
         that are alive and have ``resources`` free, takes them on the first by :func:`preference`;
         ``None`` when none has. A ``grant_id`` that is already held returns that grant and charges
         nothing (a retried claim). Raises :class:`MachinesChanged`, taking nothing, when the candidates
-        were chosen from inventories that are no longer current.
+        were chosen from inventories that are no longer current — ``planned_on``, the inventories the
+        caller chose them from, when it says.
         """
 
     @abstractmethod

@@ -56,7 +56,9 @@ class MemoryBooks(Books):
         return self._inventories  # an immutable tuple, replaced whole: no lock needed to read it
 
     def take_best(self, candidates: Sequence[str] | None, resources: Resources, grant_id: str,
-                  clamped_from: Resources | None = None) -> Grant | None:
+                  clamped_from: Resources | None = None,
+                  planned_on: Sequence[Inventory] | None = None) -> Grant | None:
+        # Live books: a candidate that left is noticed below, under the lock; ``planned_on`` adds nothing.
         cpus, gpus, ram_mb = resources.cpus, resources.gpus, resources.ram_mb
         with self._lock:
             held = self._held.get(grant_id)

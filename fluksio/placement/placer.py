@@ -155,19 +155,20 @@ class Placer:
         return self.books.lost(grant)
 
     def _place(self, request: Request) -> Grant | Waiting:
-        plan = self._plan_for(request, cached=True)
+        plan, inventories = self._plan_for(request, cached=True)
         if not plan.groups:
             # No machine could take it: a take would not have told us a machine attached meanwhile, so ask
             # the books afresh (one round trip to Redis) before saying the call waits for one to attach.
-            plan = self._plan_for(request, cached=False)
+            plan, inventories = self._plan_for(request, cached=False)
         for names, queue_label in plan.groups:
-            grant = self.books.take_best(names, plan.wanted, request.call_id, plan.clamped_from)
+            grant = self.books.take_best(names, plan.wanted, request.call_id, plan.clamped_from, inventories)
             if grant is not None:
                 return grant.model_copy(update={"queue_label": queue_label}) if queue_label else grant
         return plan.waiting
 
-    def _plan_for(self, request: Request, cached: bool) -> _Plan:
-        """The plan for this kind of request on the machines as the books know them (``cached``: as they knew)."""
+    def _plan_for(self, request: Request, cached: bool) -> tuple[_Plan, Sequence[Inventory]]:
+        """The plan for this kind of request on the machines as the books know them (``cached``: as they knew),
+        and the inventories it was made from."""
         inventories = self.books.inventories(cached=cached)
         made_on, plans = self._plans
         if made_on is not inventories:  # a machine attached or left: every plan may change
@@ -179,7 +180,7 @@ class Placer:
             if len(plans) >= PLANS_KEPT:
                 plans.clear()
             plan = plans[key] = self._plan(request, inventories)
-        return plan
+        return plan, inventories
 
     def _plan(self, request: Request, inventories: Sequence[Inventory]) -> _Plan:
         """Where the request may go, from the inventories alone (static facts): no free resources read."""

@@ -205,8 +205,14 @@ class RedisBooks(Books):
     # -- grants ---------------------------------------------------------------------------------
 
     def take_best(self, candidates: Sequence[str] | None, resources: Resources, grant_id: str,
-                  clamped_from: Resources | None = None) -> Grant | None:
+                  clamped_from: Resources | None = None,
+                  planned_on: Sequence[Inventory] | None = None) -> Grant | None:
         cache = self._cache
+        if planned_on is not None and (cache is None or cache.inventories is not planned_on):
+            # Another thread of this process read newer inventories since the plan was made (a machine
+            # left, or came back with other labels): the script would check the newer generation, and
+            # might grant a call on a machine that no longer consumes its label's queue. Plan again.
+            raise MachinesChanged("the machines changed since the placement was planned")
         generation = cache.generation if cache is not None else ""  # nothing read yet: the script says stale
         reply = self._take_best(keys=scripts.KEYS, args=[
             *scripts.PREFIXES, generation, resources.cpus, resources.gpus, resources.ram_mb, grant_id,

@@ -372,3 +372,16 @@ def test_snapshot_still_reads_every_machine(connect) -> None:
     assert box["free"] == {"cpus": 3, "gpus": 1, "ram_mb": 8000}
     assert box["free_gpu_ids"] == [g for g in (2, 5) if g not in grant.gpus] and box["calls"] == 1
     assert box["heartbeat_age_s"] is not None
+
+
+def test_a_take_planned_on_inventories_another_thread_has_replaced_is_refused(connect) -> None:
+    books, worker = connect(), connect()
+    worker.attach(machine("box", cpus=2, labels=("gpu",)))
+    planned_on = books.inventories()  # a driver thread plans a 'gpu' call: [box]
+    worker.attach(machine("box", cpus=2))  # box comes back without its gpu label
+    books.inventories()  # another driver thread of this process reads the machines as they are now
+    with pytest.raises(MachinesChanged):
+        books.take_best(["box"], Resources(cpus=1), "c1", planned_on=planned_on)
+    assert free_cpus(books) == {"box": 2}  # nothing taken
+    current = books.inventories(cached=True)
+    assert books.take_best(["box"], Resources(cpus=1), "c1", planned_on=current).machine == "box"

@@ -424,7 +424,7 @@ class LeavingBooks(MemoryBooks):
         self.leaving: str | None = leaving
         self.takes = 0
 
-    def take_best(self, candidates, resources, grant_id, clamped_from=None):
+    def take_best(self, candidates, resources, grant_id, clamped_from=None, planned_on=None):
         self.takes += 1
         if self.leaving is not None:
             self.detach(self.leaving)

@@ -416,8 +416,12 @@ class Driver:
         hearing it): waiting on it would hold the run forever.
         """
         given_back = self.rt.placer.given_back([grant for _node, grant in self.in_flight.values()])
+        lost: dict[tuple[str, str | None], bool] = {}  # one look per machine (and start of it), not per call
         for call_id, (node, grant) in list(self.in_flight.items()):
-            if self.rt.placer.lost(grant):
+            machine = (grant.machine, grant.incarnation)
+            if machine not in lost:
+                lost[machine] = self.rt.placer.lost(grant)
+            if lost[machine]:
                 log.warning("run %s: machine %s was lost while running %s", self.run_id, grant.machine, node)
                 self._settle_failed(call_id, node, grant, started=False, dispatched=True,
                                     error=f"machine {grant.machine} was lost while running the call (its "

@@ -126,13 +126,9 @@ def _repeat(once, repeat: int) -> dict[str, list[float]]:  # type: ignore[no-unt
 
 
 def run_child(side: str, length: int, width: int, repeat: int, cpus: int) -> dict[str, list[float]]:
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        env = harness.child_env(FLUKSIO_CONFIG=str(Path(out.name).with_suffix(".no-such.toml")))
-        command = [sys.executable, __file__, "--child", side, "--chain", str(length), "--fanout", str(width),
-                   "--repeat", str(repeat), "--cpus", str(cpus), "--child-out", out.name]
-        subprocess.run(command, env=env, check=True, timeout=harness.RUN_TIMEOUT_S * (2 + 2 * repeat),
-                       stdin=subprocess.DEVNULL)
-        return json.loads(Path(out.name).read_text())
+    return harness.child_result(__file__, ["--child", side, "--chain", str(length), "--fanout", str(width),
+                                           "--repeat", str(repeat), "--cpus", str(cpus)],
+                                harness.RUN_TIMEOUT_S * (2 + 2 * repeat))
 
 
 def fluksio_command() -> list[str]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -110,13 +109,8 @@ def child(shape: str, size: int, end_to_end: bool) -> dict[str, Any]:
 
 
 def run_child(shape: str, size: int, end_to_end: bool) -> dict[str, Any]:
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        env = harness.child_env(FLUKSIO_CONFIG=out.name + ".no-such.toml", BENCH_FLOW_SIZES="")
-        command = [sys.executable, __file__, "--child", shape, "--sizes", str(size), "--child-out", out.name]
-        if end_to_end:
-            command.append("--end-to-end")
-        subprocess.run(command, env=env, check=True, timeout=harness.RUN_TIMEOUT_S * 4, stdin=subprocess.DEVNULL)
-        return json.loads(Path(out.name).read_text())
+    arguments = ["--child", shape, "--sizes", str(size), *(["--end-to-end"] if end_to_end else [])]
+    return harness.child_result(__file__, arguments, harness.RUN_TIMEOUT_S * 4, BENCH_FLOW_SIZES="")
 
 
 def measure(sizes: list[int], repeat: int, end_to_end: bool, budget_s: float) -> list[Figure]:

@@ -182,6 +182,19 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def child_result(script: str, arguments: Sequence[str], timeout_s: float, **env: str) -> Any:
+    """Run ``script`` in a fresh interpreter with ``arguments`` and ``--child-out FILE``; the JSON it wrote there.
+
+    A fresh process per measurement keeps one side's threads and imports out of the other's figures;
+    ``FLUKSIO_CONFIG`` names no file, so a ``fluksio.toml`` of the caller's stays out too.
+    """
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        subprocess.run([sys.executable, script, *arguments, "--child-out", out.name],
+                       env=child_env(FLUKSIO_CONFIG=out.name + ".no-such.toml", **env), check=True,
+                       timeout=timeout_s, stdin=subprocess.DEVNULL)
+        return json.loads(Path(out.name).read_text())
+
+
 def versions() -> str:
     from importlib.metadata import PackageNotFoundError, version
 

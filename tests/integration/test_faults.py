@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from fluksio import RunStatus
+from fluksio import Client, RunStatus
+from fluksio.client import RunHandle
 from fluksio.store.models import RunMetric, RunNode
 from tests.conftest import Compass
 from tests.integration import cluster_flows as flows
@@ -52,6 +53,13 @@ def start_driver(cluster: Cluster, name: str, auto_resume: bool) -> None:
     cluster.start_worker(name, "--drivers-only")
 
 
+def slow_chain_started(cluster: Cluster, client: Client, tag: str, pause: float) -> RunHandle:
+    """Submit ``slow_chain`` and return its handle once its first node has started (a fault can strike)."""
+    run = client.submit(flows.slow_chain, {"tag": tag, "pause": pause})
+    wait_for(lambda: list(cluster.marks.glob(f"{tag}.*")), 30, "the first node never started")
+    return run
+
+
 def no_grant_held(cluster: Cluster) -> bool:
     with cluster.client() as client:
         return all(m["calls"] == 0 for m in client.placement()["machines"])
@@ -61,8 +69,7 @@ def test_kill_9_of_the_driver_abandons_the_run_then_resume_finishes_it(cluster: 
                                                                        compass: Compass) -> None:
     start_driver(cluster, "drv-a", auto_resume=False)
     with cluster.client() as client:
-        run = client.submit(flows.slow_chain, {"tag": "drv-kill", "pause": 1.5})
-        wait_for(lambda: list(cluster.marks.glob("drv-kill.*")), 30, "the first node never started")
+        run = slow_chain_started(cluster, client, "drv-kill", pause=1.5)
         cluster.kill("drv-a")
         start_driver(cluster, "drv-b", auto_resume=False)
         wait_for(lambda: client.get(run.id).status is RunStatus.ABANDONED, 30, "never abandoned")
@@ -77,8 +84,7 @@ def test_kill_9_of_the_driver_abandons_the_run_then_resume_finishes_it(cluster: 
 def test_kill_9_of_the_driver_with_auto_resume(cluster: Cluster, compass: Compass) -> None:
     start_driver(cluster, "drv-c", auto_resume=True)
     with cluster.client() as client:
-        run = client.submit(flows.slow_chain, {"tag": "drv-auto", "pause": 1.5})
-        wait_for(lambda: list(cluster.marks.glob("drv-auto.*")), 30, "the first node never started")
+        run = slow_chain_started(cluster, client, "drv-auto", pause=1.5)
         cluster.kill("drv-c")
         start_driver(cluster, "drv-d", auto_resume=True)
         record = run.wait(timeout=90)
@@ -91,8 +97,7 @@ def test_kill_9_of_the_driver_with_auto_resume(cluster: Cluster, compass: Compas
 def test_redis_restarted_mid_run_completes_or_names_the_broker(cluster: Cluster, compass: Compass) -> None:
     start_driver(cluster, "drv-r", auto_resume=False)
     with cluster.client() as client:
-        run = client.submit(flows.slow_chain, {"tag": "redis-restart", "pause": 1.0})
-        wait_for(lambda: list(cluster.marks.glob("redis-restart.*")), 30, "the first node never started")
+        run = slow_chain_started(cluster, client, "redis-restart", pause=1.0)
         cluster.redis.stop()
         time.sleep(1.0)
         cluster.redis.start()
@@ -114,8 +119,7 @@ def test_the_database_stopped_for_seconds_mid_run(cluster: Cluster, postgres: Po
                                                   compass: Compass) -> None:
     start_driver(cluster, "drv-p", auto_resume=False)
     with cluster.client() as client:
-        run = client.submit(flows.slow_chain, {"tag": "db-outage", "pause": 1.0})
-        wait_for(lambda: list(cluster.marks.glob("db-outage.*")), 30, "the first node never started")
+        run = slow_chain_started(cluster, client, "db-outage", pause=1.0)
         postgres.pause()
         time.sleep(4)
         postgres.resume()

@@ -386,25 +386,12 @@ def test_sbatch_through_ssh_reports_an_unreachable_login_node(settings: Settings
 
 
 def test_the_redis_store_lets_one_of_many_racing_drivers_submit(redis_client: redis.Redis, workdir: Path) -> None:
-    import threading
-
     from fluksio.provisioners.fake import FakeProvisioner
+    from tests.unit.provisioners.racing import ask_at_once
 
     profiles = [profile(workdir, "raced")]
     drivers = [FakeProvisioner(profiles, RedisRequestStore(redis_client), owner=f"driver-{i}") for i in range(8)]
-    barrier = threading.Barrier(len(drivers))
-    answers: list[MachineRequest] = []
-
-    def ask(driver: FakeProvisioner) -> None:
-        barrier.wait()
-        answers.append(driver.request("raced", f"{driver.owner} waits"))
-
-    threads = [threading.Thread(target=ask, args=(d,)) for d in drivers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
-    assert all(d.join_submissions(10) for d in drivers)
+    answers = ask_at_once(drivers, "raced")
     assert sum(len(d.jobs) for d in drivers) == 1 and len({a.id for a in answers}) == 1
     [submitter] = [d for d in drivers if d.jobs]
     job_id = next(iter(submitter.jobs))

@@ -12,6 +12,7 @@ from fluksio.errors import FlowError, FlowNotFound
 from fluksio.flows.flow import Flow
 from fluksio.flows.registry import KEPT_VERSIONS, FlowRegistry, load_flows
 from fluksio.flows.source import code_digest
+from tests.unit.flows.notebook import notebook_flow
 
 FLOW_FILE = """
 from fluksio import Flow
@@ -367,18 +368,6 @@ def test_a_changed_flow_registered_under_the_same_name_replaces_the_digest(tmp_p
     # The earlier code is still held, under its own digest, for runs claimed with it.
     assert registry.version("train", old_digest) is old and registry.version("train", registry.digest("train")) is new
     assert registry.digest(old) == old_digest
-
-
-def notebook_flow(body: str, extra_node: bool = False) -> Flow:
-    """A flow defined with no file, like a notebook cell or a REPL."""
-    namespace: dict = {"Flow": Flow, "__name__": "notebook"}
-    exec(textwrap.dedent(f"""
-        flow = Flow("cell", inputs={{"x": int}})
-        def step(x):
-            return {body}
-        flow.node(step, provides="y")
-    """), namespace)
-    return namespace["flow"]
 
 
 def test_a_flow_without_a_file_redefined_in_a_notebook_gets_the_new_digest():

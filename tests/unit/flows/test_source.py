@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from fluksio.flows.flow import Flow
 from fluksio.flows.registry import load_flows
 from fluksio.flows.source import code_digest, loaded_digest, short, source_root
+from tests.unit.flows.notebook import notebook_flow
 
 FLOW_FILE = """
 from fluksio import Flow
@@ -140,16 +142,7 @@ def test_two_folders_with_the_same_files_have_the_same_digest(tmp_path):
 
 
 def test_a_flow_without_a_file_digests_its_node_functions():
-    def build(body):
-        namespace: dict = {"Flow": Flow, "__name__": "no_file"}  # no __file__: like a REPL or notebook
-        exec(textwrap.dedent(f"""
-            flow = Flow("repl", inputs={{"x": int}})
-            def step(x):
-                return {body}
-            flow.node(step, provides="y")
-        """), namespace)
-        return namespace["flow"]
-
+    build = functools.partial(notebook_flow, name="repl")
     one, same, other = build("x + 1"), build("x + 1"), build("x * 3")
     assert one.source_file is None and source_root(one) is None
     assert code_digest(one) == code_digest(same)

@@ -24,6 +24,7 @@ from fluksio.provisioners.fake import FakeProvisioner
 from fluksio.provisioners.request import MachineRequest
 from fluksio.schemas import Resources
 from fluksio.settings import Settings
+from tests.unit.provisioners.racing import ask_at_once
 
 #: The ``submitted`` fixture (conftest.py): ask, and wait for the submission to return.
 Submitted = Callable[..., MachineRequest]
@@ -91,19 +92,7 @@ def test_request_is_idempotent_per_profile(fake: FakeProvisioner, submitted: Sub
 def test_racing_requests_submit_one_job(clock: Clock) -> None:
     store = MemoryRequestStore()
     drivers = [FakeProvisioner(PROFILES, store, clock=clock) for _ in range(8)]
-    results: list[MachineRequest] = []
-    barrier = threading.Barrier(len(drivers))
-
-    def ask(driver: FakeProvisioner) -> None:
-        barrier.wait()
-        results.append(driver.request("small", "why"))
-
-    threads = [threading.Thread(target=ask, args=(d,)) for d in drivers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
-    assert all(d.join_submissions(10) for d in drivers)
+    results = ask_at_once(drivers, "small")
     assert sum(len(d.jobs) for d in drivers) == 1
     assert len({r.id for r in results}) == 1
 

@@ -328,7 +328,8 @@ class Driver:
         try:
             self.dispatch(call, queue_for(grant), f"{self.flow.name}.{node}")
         except Exception as exc:
-            # Giving the grant back (in _settle_failed) also voids any copy of the message that did get out.
+            # Giving the grant back (in _settle_failed) also voids a copy of the message that got out and has not
+            # started (Books.start refuses it); one already running would run on (a failed send rarely gets out).
             del self.in_flight[call_id]
             self._settle_failed(call_id, node, grant, started=True, dispatched=False,
                                 error=f"could not send the call to the broker: {type(exc).__name__}: {exc}")

@@ -83,18 +83,17 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
     runtime.events.publish("run_started", run_id=run_id, flow=flow.name)
     claimed = run_rows.get_run(db, run_id)
     driver = Driver(runtime, run_id, run.params or {}, flow, dispatch, revoke, code_digest=claimed.code_digest,
-                    use_cache=not run.no_cache, epoch=epoch)
+                    use_cache=not run.no_cache, epoch=epoch,
+                    requeue_on_shutdown=runtime.settings.auto_resume and requeue is not None)
     driver.run()
-    if driver.handed_over and runtime.settings.auto_resume and requeue is not None:
-        run_rows.resume(runtime.db, run_id)
-        runtime.inbox.close(run_id)
+    if driver.requeued and requeue is not None:
         requeue(run_id)
 
 
 class Driver:
     def __init__(self, runtime: Runtime, run_id: str, params: dict[str, Any], flow: Flow,
                  dispatch: Dispatch, revoke: Revoke, code_digest: str | None = None, use_cache: bool = True,
-                 epoch: int = 0) -> None:
+                 epoch: int = 0, requeue_on_shutdown: bool = False) -> None:
         self.rt = runtime
         self.run_id = run_id
         #: How often the run was resumed when this driver claimed it; guards its writes and names its calls.
@@ -128,6 +127,10 @@ class Driver:
         self.journal = Journal(runtime.db, runtime.events, run_id)
         #: This process is shutting down: the run was left for another driver.
         self.handed_over = False
+        #: On shutdown, send the run back to ``queued`` (auto-resume) rather than mark it ``abandoned``.
+        self.requeue_on_shutdown = requeue_on_shutdown
+        #: It was sent back to ``queued``: the caller hands it to another driver.
+        self.requeued = False
         self._restore_earlier_rows()
 
     def _restore_earlier_rows(self) -> None:
@@ -165,9 +168,7 @@ class Driver:
                 self.journal.announce()
             if self.handed_over:
                 self._stop_calls()
-                run_rows.finish(self.rt.db, self.run_id, RunStatus.ABANDONED,
-                                "its driver's worker was shut down mid-run; `fluksio resume` re-drives it", None,
-                                self.epoch)
+                self._leave_to_another_driver()
             elif not self.lost_run:
                 self._finish()
         except Exception as exc:
@@ -180,6 +181,14 @@ class Driver:
                 if self.queues.get(key):
                     self.rt.placer.forget(self._call_id(self.queues[key][0]))
             self.rt.inbox.close(self.run_id)
+
+    def _leave_to_another_driver(self) -> None:
+        reason = "its driver's worker was shut down mid-run"
+        if self.requeue_on_shutdown:
+            self.requeued = run_rows.requeue_handed_over(self.rt.db, self.run_id, self.epoch, reason)
+        if not self.requeued:
+            run_rows.finish(self.rt.db, self.run_id, RunStatus.ABANDONED,
+                            f"{reason}; `fluksio resume` re-drives it", None, self.epoch)
 
     # -- the loop -------------------------------------------------------------------------------
 

@@ -21,26 +21,38 @@ from fluksio.store.db import Database
 log = logging.getLogger(__name__)
 
 
-def sweep_once(db: Database, stale_after_s: float, resume: Callable[[str], bool] | None = None,
-               spare: Collection[str] = (), redrive: Callable[[str, str], bool] | None = None) -> list[str]:
-    """Abandon stale runs (but those in ``spare``); with ``resume``, hand each to it.
+#: ``hand_over(run id, flow, resumed)`` gives a queued run to a driver; ``resumed``: it was just resumed here.
+HandOver = Callable[[str, str, bool], None]
 
-    With ``redrive(run_id, flow)``, also hand again to a driver every run queued so long that its
-    hand-over must have been lost (a broker restart, a process that stopped with it in memory).
+
+def sweep_once(db: Database, stale_after_s: float, spare: Collection[str] = (), drivable: Collection[str] = (),
+               hand_over: HandOver | None = None, auto_resume: bool = False) -> list[str]:
+    """Take every run whose driver's lease is stale (but those in ``spare``); returns their ids.
+
+    Without ``auto_resume`` each is marked ``abandoned``. With it, those of the ``drivable`` flows go
+    straight back to ``queued`` (in the same UPDATE, so nobody sees them abandoned in between) and are
+    handed over; the others are abandoned for a process that can load them. With ``hand_over``, runs of
+    ``drivable`` flows queued so long that their hand-over must have been lost (a broker restart, a
+    process that stopped with it in memory) are handed over again too.
     """
-    if redrive is not None:
-        for run_id, flow in run_rows.stale_queued(db, stale_after_s):
-            if redrive(run_id, flow):
-                log.warning("run %s was queued for over %g s with no driver; handed over again", run_id,
-                            stale_after_s)
+    if hand_over is not None:
+        for run_id, flow in run_rows.stale_queued(db, stale_after_s, drivable):
+            log.warning("run %s was queued for over %g s with no driver; handed over again", run_id,
+                        stale_after_s)
+            hand_over(run_id, flow, False)
     # Unwrapped: one attempt. A sweeper that cannot reach the store must not sit in retries and then
     # judge leases that nobody could refresh meanwhile.
-    stale = run_rows.abandon_stale.__wrapped__(db, stale_after_s, spare)
-    for run_id in stale:
+    taken: list[str] = []
+    if auto_resume and hand_over is not None:
+        for run_id, flow in run_rows.requeue_stale.__wrapped__(db, stale_after_s, drivable, spare):
+            log.warning("run %s: its driver's lease is older than %g s; resumed automatically", run_id,
+                        stale_after_s)
+            taken.append(run_id)
+            hand_over(run_id, flow, True)
+    for run_id in run_rows.abandon_stale.__wrapped__(db, stale_after_s, spare):
         log.warning("run %s: its driver's lease is older than %g s; marked abandoned", run_id, stale_after_s)
-        if resume is not None and resume(run_id):
-            log.warning("run %s: resumed automatically", run_id)
-    return stale
+        taken.append(run_id)
+    return taken
 
 
 class Sweeper:
@@ -51,15 +63,16 @@ class Sweeper:
     """
 
     def __init__(self, db: Database, stale_after_s: float, interval_s: float,
-                 resume: Callable[[str], bool] | None = None,
                  spare: Callable[[], Collection[str]] = frozenset,
-                 redrive: Callable[[str, str], bool] | None = None) -> None:
+                 drivable: Callable[[], Collection[str]] = frozenset,
+                 hand_over: HandOver | None = None, auto_resume: bool = False) -> None:
         self.db = db
         self.stale_after_s = stale_after_s
         self.interval_s = interval_s
-        self.resume = resume
         self.spare = spare
-        self.redrive = redrive
+        self.drivable = drivable
+        self.hand_over = hand_over
+        self.auto_resume = auto_resume
         self._reachable_since = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fluksio-sweeper", daemon=True)
@@ -75,7 +88,8 @@ class Sweeper:
                     self._reachable_since = time.monotonic()
                 continue
             try:
-                sweep_once(self.db, self.stale_after_s, self.resume, self.spare(), self.redrive)
+                sweep_once(self.db, self.stale_after_s, self.spare(), self.drivable(), self.hand_over,
+                           self.auto_resume)
             except DBAPIError:
                 log.warning("lease sweep could not reach the run store; waiting for it", exc_info=True)
                 self._reachable_since = time.monotonic()

@@ -100,17 +100,66 @@ def abandon_stale(db: Database, stale_after_s: float, spare: Collection[str] = (
     several sweepers at once: the guarded UPDATE lets each run be taken by one.
     """
     now = utcnow()
-    cutoff = now - timedelta(seconds=stale_after_s)
     with db.write() as session:
         stale = session.scalars(
             update(Run)
-            .where(Run.status == RunStatus.RUNNING.value, Run.lease_at < cutoff, Run.id.not_in(list(spare)))
-            .values(status=RunStatus.ABANDONED.value, finished_at=now,
-                    status_reason=f"its driver stopped refreshing the lease (none for over {stale_after_s:g} s); "
-                                  "`fluksio resume` re-drives it")
+            .where(*_stale(now, stale_after_s, spare))
+            .values(status=RunStatus.ABANDONED.value, finished_at=now, status_reason=_lease_lost(stale_after_s)
+                    + "; `fluksio resume` re-drives it")
             .returning(Run.id)
         ).all()
         return list(stale)
+
+
+@retried
+def requeue_stale(db: Database, stale_after_s: float, flows: Collection[str],
+                  spare: Collection[str] = ()) -> list[tuple[str, str]]:
+    """Auto-resume: send every stale running run of ``flows`` straight back to ``queued``.
+
+    One guarded UPDATE, recorded as resumed from ``abandoned``: a client waiting on the run never sees
+    it ``abandoned`` in between (it would take that for the end), and a sweeper that fails halfway
+    cannot leave it abandoned for good. A run whose cancel was asked for is left to :func:`abandon_stale`.
+    Returns ``(run id, flow)`` of each, to hand to a driver.
+    """
+    now = utcnow()
+    with db.write() as session:
+        return [tuple(row) for row in session.execute(
+            update(Run)
+            .where(*_stale(now, stale_after_s, spare), Run.flow.in_(list(flows)), Run.cancel_requested.is_(False))
+            .values(**_resumed_automatically(now, _lease_lost(stale_after_s)))
+            .returning(Run.id, Run.flow)
+        )]
+
+
+@retried
+def requeue_handed_over(db: Database, run_id: str, epoch: int, reason: str) -> bool:
+    """Auto-resume of a run whose driver is shutting down: ``running → queued`` in one guarded UPDATE.
+
+    Like :func:`requeue_stale`, recorded as resumed from ``abandoned`` without ever showing that status.
+    Returns whether the run was still this driver's to hand over.
+    """
+    with db.write() as session:
+        return session.execute(
+            update(Run)
+            .where(Run.id == run_id, Run.status == RunStatus.RUNNING.value, Run.cancel_requested.is_(False),
+                   *_mine(epoch))
+            .values(**_resumed_automatically(utcnow(), reason))
+        ).rowcount == 1
+
+
+def _resumed_automatically(now: datetime, reason: str) -> dict[str, Any]:
+    # lease_at: were the hand-over to a driver lost, the sweepers send it again once this is stale.
+    return dict(status=RunStatus.QUEUED.value, resumed_from=RunStatus.ABANDONED.value, resumed_at=now,
+                resume_count=Run.resume_count + 1, lease_at=now, status_reason=f"resumed automatically: {reason}")
+
+
+def _stale(now: datetime, stale_after_s: float, spare: Collection[str]) -> list[Any]:
+    cutoff = now - timedelta(seconds=stale_after_s)
+    return [Run.status == RunStatus.RUNNING.value, Run.lease_at < cutoff, Run.id.not_in(list(spare))]
+
+
+def _lease_lost(stale_after_s: float) -> str:
+    return f"its driver stopped refreshing the lease (none for over {stale_after_s:g} s)"
 
 
 @retried
@@ -121,17 +170,19 @@ def touch_queued(db: Database, run_id: str) -> None:
                         .values(lease_at=utcnow()))
 
 
-def stale_queued(db: Database, stale_after_s: float) -> list[tuple[str, str]]:
-    """Runs queued for longer than ``stale_after_s`` that no driver holds: their hand-over was lost.
+def stale_queued(db: Database, stale_after_s: float, flows: Collection[str]) -> list[tuple[str, str]]:
+    """Runs of ``flows`` queued for longer than ``stale_after_s`` that no driver holds: their hand-over was lost.
 
-    Returns ``(run id, flow)`` of each, marking it handled now so that a second sweeper skips it.
+    Returns ``(run id, flow)`` of each, marking it handled now so that a second sweeper skips it. Only
+    ``flows`` the caller can drive: a run left to a process that can load its flow is not marked handled.
     """
     now = utcnow()
     cutoff = now - timedelta(seconds=stale_after_s)
     with db.write() as session:
         return [tuple(row) for row in session.execute(
             update(Run)
-            .where(Run.status == RunStatus.QUEUED.value, func.coalesce(Run.lease_at, Run.created_at) < cutoff)
+            .where(Run.status == RunStatus.QUEUED.value, func.coalesce(Run.lease_at, Run.created_at) < cutoff,
+                   Run.flow.in_(list(flows)))
             .values(lease_at=now)
             .returning(Run.id, Run.flow)
         )]

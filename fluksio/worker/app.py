@@ -13,8 +13,6 @@ from fluksio.execution.task import register_call_task
 from fluksio.runs.lease import Sweeper
 from fluksio.runs.runtime import Runtime
 from fluksio.settings import Settings
-from fluksio.store import runs as run_rows
-from fluksio.store.runs import get_run
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -63,24 +61,14 @@ def send_drive(app: Celery, run_id: str, flow: str) -> None:
 
 
 def start_sweeper(app: Celery, runtime: Runtime) -> Sweeper:
-    """The lease sweeper of a driver process; with ``auto_resume``, it re-drives what it abandons."""
+    """The lease sweeper of a driver process; with ``auto_resume``, it re-drives what it finds stale."""
     settings = runtime.settings
 
-    def resume(run_id: str) -> bool:
-        run = get_run(runtime.db, run_id)
-        if run.flow not in runtime.registry.names():
-            return False  # no driver here could load it; leave it abandoned for a process that can
-        run_rows.resume(runtime.db, run_id)
-        runtime.inbox.close(run_id)  # what the dead driver left unread is stale
-        send_drive(app, run_id, run.flow)
-        return True
-
-    def redrive(run_id: str, flow: str) -> bool:
-        if flow not in runtime.registry.names():
-            return False
+    def hand_over(run_id: str, flow: str, resumed: bool) -> None:
+        if resumed:
+            runtime.inbox.close(run_id)  # what the dead driver left unread is stale
         send_drive(app, run_id, flow)
-        return True
 
     interval = max(0.2, min(settings.stale_after_s / 3, settings.lease_interval_s))
-    return Sweeper(runtime.db, settings.stale_after_s, interval, resume if settings.auto_resume else None,
-                   spare=lambda: set(runtime.driving), redrive=redrive).start()
+    return Sweeper(runtime.db, settings.stale_after_s, interval, spare=lambda: set(runtime.driving),
+                   drivable=runtime.registry.names, hand_over=hand_over, auto_resume=settings.auto_resume).start()

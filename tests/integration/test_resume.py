@@ -97,9 +97,7 @@ def test_with_auto_resume_a_run_whose_driver_died_is_resumed_and_finishes(settin
     with connect(settings.model_copy(update={"stale_after_s": 1.0, "auto_resume": True})) as client:
         executed: list[str] = []
         run_id = orphan(client, two_step(executed, {"second": False}))
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and client.get(run_id).status is not RunStatus.OK:
-            time.sleep(0.05)
-        record = client.get(run_id)
+        # wait() returns at the first status that ends a run: it must never see the run abandoned in between.
+        record = client.handle(run_id).wait(timeout=15)
         assert record.status is RunStatus.OK and record.result == {"z": 30}
         assert record.resumed_from is RunStatus.ABANDONED and executed == ["first", "second"]

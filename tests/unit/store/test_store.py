@@ -409,13 +409,58 @@ def test_stale_queued_runs_are_found_once(db):
     from fluksio.store.models import Run
     from fluksio.store.runs import stale_queued, touch_queued, utcnow
 
-    lost, held, _fresh = new_run(db), new_run(db), new_run(db)  # fresh: just queued
+    lost, held, _fresh, foreign = new_run(db), new_run(db), new_run(db), new_run(db, flow="elsewhere")
     with db.write() as session:
-        session.execute(update(Run).where(Run.id.in_([lost.id, held.id]))
+        session.execute(update(Run).where(Run.id.in_([lost.id, held.id, foreign.id]))
                         .values(created_at=utcnow() - timedelta(minutes=5)))
     touch_queued(db, held.id)  # a driver waiting for a label holds it
-    assert [run_id for run_id, _flow in stale_queued(db, 60)] == [lost.id]
-    assert stale_queued(db, 60) == []  # handled: a second sweeper does not send it again
+    assert stale_queued(db, 60, ["train"]) == [(lost.id, "train")]
+    assert stale_queued(db, 60, ["train"]) == []  # handled: a second sweeper does not send it again
+    # A run of a flow the caller cannot drive is left unmarked for a process that can.
+    assert stale_queued(db, 60, ["elsewhere"]) == [(foreign.id, "elsewhere")]
+
+
+def age_lease(db, run_id: str, seconds: float) -> None:
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    with db.write() as session:
+        session.execute(update(Run).where(Run.id == run_id).values(lease_at=utcnow() - timedelta(seconds=seconds)))
+
+
+def test_requeue_stale_resumes_stale_runs_of_the_given_flows_without_abandoning_them(db):
+    from fluksio.store.runs import abandon_stale, requeue_stale
+
+    mine, foreign, cancelling, fresh = (new_run(db), new_run(db, flow="elsewhere"), new_run(db), new_run(db))
+    for run in (mine, foreign, cancelling, fresh):
+        claim(db, run.id, None)
+    request_cancel(db, cancelling.id, "asked by a test")
+    for run in (mine, foreign, cancelling):
+        age_lease(db, run.id, 120)
+    assert requeue_stale(db, 60, ["train"]) == [(mine.id, "train")]
+    assert requeue_stale(db, 60, ["train"]) == []  # a second sweeper finds nothing left to take
+    stored = get_run(db, mine.id)
+    assert (stored.status, stored.resumed_from, stored.resume_count) == ("queued", "abandoned", 1)
+    assert stored.status_reason.startswith("resumed automatically: its driver stopped refreshing the lease")
+    assert stored.lease_at is not None and stored.finished_at is None
+    # The other flow's run and the one being cancelled are left to abandon_stale; the fresh one runs on.
+    assert sorted(abandon_stale(db, 60)) == sorted([foreign.id, cancelling.id])
+    assert status_of(db, fresh.id) == "running"
+    assert claim(db, mine.id, None) == 1  # the next driver claims it in the next epoch
+
+
+def test_requeue_handed_over_needs_the_drivers_epoch(db):
+    from fluksio.store.runs import requeue_handed_over
+
+    run = new_run(db)
+    epoch = claim(db, run.id, None)
+    assert requeue_handed_over(db, run.id, epoch + 1, "shut down") is False  # not that driver's run
+    assert requeue_handed_over(db, run.id, epoch, "shut down") is True
+    stored = get_run(db, run.id)
+    assert (stored.status, stored.resumed_from, stored.resume_count) == ("queued", "abandoned", 1)
+    assert stored.status_reason == "resumed automatically: shut down"
+    assert requeue_handed_over(db, run.id, epoch, "shut down") is False  # queued now: nothing to hand over
 
 
 def test_the_head_revision_constant_is_alembics_head(db):

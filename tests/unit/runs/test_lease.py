@@ -1,0 +1,81 @@
+"""The lease sweeper on a SQLite store: what it abandons, what it resumes, what a waiting client sees."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import update
+
+from fluksio.runs.lease import sweep_once
+from fluksio.schemas import RunStatus
+from fluksio.store.db import Database
+from fluksio.store.ids import new_run_id
+from fluksio.store.models import Run
+from fluksio.store.runs import claim, get_run, insert_run, utcnow
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = Database(f"sqlite:///{tmp_path / 'runs.db'}")
+    database.upgrade()
+    yield database
+    database.dispose()
+
+
+def running_run_with_a_dead_driver(db: Database, flow: str = "train") -> str:
+    run = Run(id=new_run_id(), flow=flow, params={}, params_digest="sha256:p", status=RunStatus.QUEUED.value,
+              created_at=utcnow(), engine="embedded")
+    insert_run(db, run)
+    claim(db, run.id, None)
+    with db.write() as session:
+        session.execute(update(Run).where(Run.id == run.id).values(lease_at=utcnow() - timedelta(minutes=2)))
+    return run.id
+
+
+def test_without_auto_resume_a_stale_run_is_abandoned_and_not_handed_over(db):
+    run_id = running_run_with_a_dead_driver(db)
+    handed: list[tuple[str, str, bool]] = []
+    assert sweep_once(db, 60, drivable=["train"], hand_over=lambda *args: handed.append(args)) == [run_id]
+    assert get_run(db, run_id).status == RunStatus.ABANDONED.value
+    assert handed == []
+
+
+def test_with_auto_resume_a_stale_run_is_queued_before_it_is_handed_over_never_abandoned(db):
+    """A client polling the run must never see ``abandoned``: it would take it for the run's end."""
+    run_id = running_run_with_a_dead_driver(db)
+    seen: list[tuple[str, str, bool, str]] = []
+
+    def hand_over(handed_id: str, flow: str, resumed: bool) -> None:
+        seen.append((handed_id, flow, resumed, get_run(db, handed_id).status))
+
+    assert sweep_once(db, 60, drivable=["train"], hand_over=hand_over, auto_resume=True) == [run_id]
+    assert seen == [(run_id, "train", True, RunStatus.QUEUED.value)]
+    stored = get_run(db, run_id)
+    assert (stored.resumed_from, stored.resume_count) == (RunStatus.ABANDONED.value, 1)
+
+
+def test_with_auto_resume_a_run_of_a_flow_this_process_cannot_load_is_abandoned(db):
+    run_id = running_run_with_a_dead_driver(db, flow="elsewhere")
+    handed: list[tuple[str, str, bool]] = []
+    assert sweep_once(db, 60, drivable=["train"], hand_over=lambda *args: handed.append(args),
+                      auto_resume=True) == [run_id]
+    assert get_run(db, run_id).status == RunStatus.ABANDONED.value and handed == []
+
+
+def test_a_lost_hand_over_of_a_resumed_run_is_sent_again_once_it_is_stale(db):
+    run_id = running_run_with_a_dead_driver(db)
+
+    def broker_down(*_args: object) -> None:
+        raise ConnectionError("broker unreachable")
+
+    with pytest.raises(ConnectionError):
+        sweep_once(db, 60, drivable=["train"], hand_over=broker_down, auto_resume=True)
+    assert get_run(db, run_id).status == RunStatus.QUEUED.value  # resumed, not lost nor abandoned
+    handed: list[tuple[str, str, bool]] = []
+    assert sweep_once(db, 60, drivable=["train"], hand_over=lambda *args: handed.append(args)) == []
+    assert handed == []  # its queue time counts from the resume: not stale yet
+    with db.write() as session:
+        session.execute(update(Run).where(Run.id == run_id).values(lease_at=utcnow() - timedelta(minutes=2)))
+    sweep_once(db, 60, drivable=["train"], hand_over=lambda *args: handed.append(args))
+    assert handed == [(run_id, "train", False)]

@@ -180,7 +180,8 @@ class Driver:
             for key in self.waiting:
                 if self.queues.get(key):
                     self.rt.placer.forget(self._call_id(self.queues[key][0]))
-            self.rt.inbox.close(self.run_id)
+            if not self.lost_run:  # else the inbox is the new driver's now
+                self.rt.inbox.close(self.run_id)
 
     def _leave_to_another_driver(self) -> None:
         reason = "its driver's worker was shut down mid-run"
@@ -238,6 +239,8 @@ class Driver:
                         self._completed(message)
                     elif message["kind"] == CANCEL:
                         self._cancel()
+                if self.lost_run:
+                    return
             if now >= next_check:
                 # After the messages taken: a completion in hand is not a call that never reported.
                 next_check = now + settings.heartbeat_interval_s
@@ -330,7 +333,7 @@ class Driver:
         call = {
             "call_id": call_id, "run_id": self.run_id, "flow": self.flow.name, "node": node,
             "attempt": self.attempts.get(node, 1), "inputs": self.walk.inputs_of(node),
-            "grant": grant.model_dump(mode="json"), "code_digest": self.code_digest,
+            "grant": grant.model_dump(mode="json"), "code_digest": self.code_digest, "epoch": self.epoch,
         }
         self.walk.start(node)
         self.in_flight[call_id] = (node, grant)
@@ -372,6 +375,14 @@ class Driver:
         call_id = message["call_id"]
         if dispatched:
             entry = self.in_flight.pop(call_id, None)
+            if entry is None and message.get("epoch", 0) > self.epoch:
+                # The run was resumed and another driver sent this call: the run is no longer ours, and the
+                # completion is the other driver's (both drives share the run's inbox).
+                self.rt.inbox.push(self.run_id, message)
+                log.warning("run %s was resumed by another driver (a completion of its call %s came here); "
+                            "stopping", self.run_id, call_id)
+                self.lost_run = True
+                return
             if entry is None:
                 log.info("run %s: dropping a completion for %s, which is already settled", self.run_id, call_id)
                 return

@@ -48,7 +48,8 @@ def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
     started = datetime.now(timezone.utc)
     completion: dict[str, Any] = {
         "kind": DONE, "call_id": call_id, "node": call["node"], "attempt": call["attempt"],
-        "machine": grant.machine, "gpus": list(grant.gpus), "started_at": started.isoformat(),
+        "epoch": call.get("epoch", 0), "machine": grant.machine, "gpus": list(grant.gpus),
+        "started_at": started.isoformat(),
     }
     # First make sure this delivery is the one that may run the call: a copy that may not (see
     # Books.start) must not give back a grant, nor report an error, for the copy that does.

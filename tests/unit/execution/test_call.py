@@ -128,3 +128,12 @@ def test_a_second_copy_of_a_running_call_is_dropped_without_touching_the_first(t
                            "inputs": {}, "grant": grant.model_dump(mode="json")})
     assert runtime.inbox.pop("r", timeout=0.2) is None
     assert runtime.placer.snapshot()["machines"][0]["free"]["cpus"] == 0
+
+
+def test_a_completion_names_the_drive_its_call_came_from(tmp_path: Path) -> None:
+    """A driver that lost its run to a resume tells its successor's completions (epoch 1) from its own."""
+    runtime = runtime_with_one_machine(tmp_path)
+    runtime.registry.register(counting_flow("epochs", 1, []))
+    execute_call(runtime, call_of(runtime, "r.r1.step.1", "epochs", epoch=1))
+    completion = runtime.inbox.pop("r", timeout=1)
+    assert (completion["status"], completion["epoch"], completion["outputs"]) == ("ok", 1, {"y": 2})

@@ -33,6 +33,8 @@ WAITING_SEEN_KEY = KEY_PREFIX + "waiting-seen"
 CHANGES_CHANNEL = KEY_PREFIX + "placer-changes"
 #: LIST of messages for a run's driver: ``INBOX_KEY + run_id``.
 INBOX_KEY = KEY_PREFIX + "inbox:"
+#: LIST of what a run's driver took off its inbox lately: ``INBOX_KEY + run_id + TAKEN_SUFFIX``.
+TAKEN_SUFFIX = ":taken"
 #: Pub/sub channel of run and node events.
 EVENTS_CHANNEL = KEY_PREFIX + "events"
 #: STRING: id of a profile's outstanding machine request: ``PROVISION_SLOT_KEY + profile``.

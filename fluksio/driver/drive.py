@@ -432,11 +432,21 @@ class Driver:
         """Settle, as errors, calls that will never report.
 
         A call whose machine died (or restarted) is lost. A call whose grant its worker gave back, yet
-        whose completion has not come by the next check either, reported into a message that was lost
-        (a connection dropped between the broker taking a completion off the inbox and the driver
-        hearing it): waiting on it would hold the run forever.
+        whose completion has not come by the next check either, reported into a message that went astray:
+        it is looked for among what the inbox handed out lately (a connection that dropped between Redis
+        taking it off the inbox and the driver hearing it), and if it is not there either, waiting on it
+        would hold the run forever.
         """
         given_back = self.rt.placer.given_back([grant for _node, grant in self.in_flight.values()])
+        if given_back & self._given_back:
+            # Overdue completions: the inbox may have handed them out into a connection that dropped.
+            for message in self.rt.inbox.recover(self.run_id):
+                if message.get("kind") == DONE and message.get("call_id") in self.in_flight:
+                    log.warning("run %s: the completion of %s was taken off the inbox but never reached the "
+                                "driver; recovered", self.run_id, message["call_id"])
+                    self._completed(message)
+            given_back &= self.in_flight.keys()
+        self.rt.inbox.forget_taken(self.run_id)
         lost: dict[tuple[str, str | None], bool] = {}  # one look per machine (and start of it), not per call
         for call_id, (node, grant) in list(self.in_flight.items()):
             machine = (grant.machine, grant.incarnation)

@@ -2,7 +2,9 @@
 
 Workers push a completion here when a call ends, so the driver never polls a
 result backend. An inbox keeps messages until they are taken: a completion
-pushed while its driver is busy is not lost.
+pushed while its driver is busy is not lost. On Redis, what the driver takes
+is also moved to a *taken* list, so a message whose reply was lost on the way
+(a dropped connection) can still be read back: see :meth:`Inbox.recover`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import threading
 from abc import ABC, abstractmethod
 from typing import Any
 
-from fluksio.constants import INBOX_KEY
+from fluksio.constants import INBOX_KEY, TAKEN_SUFFIX
 from fluksio.errors import ConfigError
 
 #: Message kinds.
@@ -38,6 +40,19 @@ class Inbox(ABC):
     @abstractmethod
     def close(self, run_id: str) -> None:
         """Drop the run's inbox once its driver is done with it."""
+
+    def recover(self, run_id: str) -> list[dict[str, Any]]:
+        """Messages taken off the inbox lately, oldest first: those whose reply never reached the driver are
+        among them. Called when a call's completion is overdue; the caller skips what it has handled already.
+        """
+        return []
+
+    def forget_taken(self, run_id: str) -> None:
+        """Forget what was taken before the previous call of this (the driver has long handled it).
+
+        Called once per check of the calls in flight, so :meth:`recover` always sees at least the messages
+        taken since the check before last.
+        """
 
     def wake(self, run_id: str) -> None:
         self.push(run_id, {"kind": WAKE})
@@ -82,42 +97,81 @@ class MemoryInbox(Inbox):
 
 
 class RedisInbox(Inbox):
-    """Inboxes as Redis lists: a completion pushed by a worker on any host waits there for its driver."""
+    """Inboxes as Redis lists: a completion pushed by a worker on any host waits there for its driver.
+
+    Taking moves a message to the run's *taken* list in the same command (BLMOVE, or one script for a
+    batch): if the connection drops before the reply arrives, redis-py sends the command again and the
+    first message is not gone but on that list, where :meth:`recover` finds it.
+    """
 
     #: An inbox nobody drains (its driver died and the run was never resumed) expires, in seconds.
     TTL_S = 7 * 24 * 3600
 
+    #: Take up to ARGV[1] messages off KEYS[1] and append them to the taken list KEYS[2], in one step.
+    DRAIN_SCRIPT = """
+local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #items > 0 then
+  redis.call('LTRIM', KEYS[1], #items, -1)
+  redis.call('RPUSH', KEYS[2], unpack(items))
+  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[2]))
+end
+return items
+"""
+
     def __init__(self, client: Any) -> None:
         self.redis = client
+        self._drain = client.register_script(self.DRAIN_SCRIPT)
+        #: How many messages each run's taken list held at the driver's previous check.
+        self._taken_before: dict[str, int] = {}
+
+    @staticmethod
+    def _keys(run_id: str) -> tuple[str, str]:
+        return INBOX_KEY + run_id, INBOX_KEY + run_id + TAKEN_SUFFIX
 
     def push(self, run_id: str, message: dict[str, Any]) -> None:
-        key = INBOX_KEY + run_id
+        key, taken = self._keys(run_id)
         pipe = self.redis.pipeline(transaction=False)
         pipe.rpush(key, json.dumps(message))
         pipe.expire(key, self.TTL_S)
+        pipe.expire(taken, self.TTL_S)  # no-op until the driver took something
         pipe.execute()
 
     def pop(self, run_id: str, timeout: float) -> dict[str, Any] | None:
-        key = INBOX_KEY + run_id
+        key, taken = self._keys(run_id)
         if timeout <= 0:
-            raw = self.redis.lpop(key)
+            raw = self._needs_62(lambda: self.redis.lmove(key, taken, "LEFT", "RIGHT"))
         else:
-            # BLPOP's timeout is in seconds; Redis ≥ 6 takes fractions. 0 would mean "forever".
-            reply = self.redis.blpop([key], timeout=max(timeout, 0.001))
-            raw = reply[1] if reply else None
+            # BLMOVE's timeout is in seconds and takes fractions. 0 would mean "forever".
+            raw = self._needs_62(lambda: self.redis.blmove(key, taken, max(timeout, 0.001), "LEFT", "RIGHT"))
         return json.loads(raw) if raw is not None else None
 
     def drain(self, run_id: str, limit: int) -> list[dict[str, Any]]:
-        # LPOP with a count (Redis ≥ 6.2): every waiting message in one round trip.
+        return [json.loads(item) for item in self._drain(keys=self._keys(run_id), args=[limit, self.TTL_S])]
+
+    def recover(self, run_id: str) -> list[dict[str, Any]]:
+        return [json.loads(item) for item in self.redis.lrange(self._keys(run_id)[1], 0, -1)]
+
+    def forget_taken(self, run_id: str) -> None:
+        taken = self._keys(run_id)[1]
+        pipe = self.redis.pipeline(transaction=True)
+        # Messages are only ever appended to the taken list: the first ones are the oldest.
+        pipe.ltrim(taken, self._taken_before.get(run_id, 0), -1)
+        pipe.expire(taken, self.TTL_S)
+        pipe.llen(taken)
+        self._taken_before[run_id] = pipe.execute()[-1]
+
+    def close(self, run_id: str) -> None:
+        self._taken_before.pop(run_id, None)
+        self.redis.delete(*self._keys(run_id))
+
+    def _needs_62(self, command: Any) -> Any:
         from redis import ResponseError  # here: the embedded default never loads redis-py
 
         try:
-            raw = self.redis.lpop(INBOX_KEY + run_id, limit)
+            return command()
         except ResponseError as exc:
+            if "unknown command" not in str(exc).lower():
+                raise
             version = self.redis.info("server").get("redis_version", "unknown")
             raise ConfigError(f"the broker's Redis is version {version}, and fluksio needs 6.2 or newer "
-                              f"(LPOP with a count): {exc}") from None
-        return [json.loads(item) for item in raw or ()]
-
-    def close(self, run_id: str) -> None:
-        self.redis.delete(INBOX_KEY + run_id)
+                              f"(BLMOVE): {exc}") from None

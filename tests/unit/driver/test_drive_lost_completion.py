@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from fluksio import Flow
+from fluksio.runs.inbox import DONE, MemoryInbox
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import Grant
 from fluksio.store.runs import get_run, node_rows
@@ -49,3 +50,38 @@ def test_without_retries_a_lost_completion_ends_the_run_saying_so(runtime):
     run = get_run(runtime.db, run_id)
     assert run.status == "error"
     assert "completion was lost" in run.status_reason
+
+
+class ReplyLosingInbox(MemoryInbox):
+    """Hands out its first completion into a dropped connection: the driver never hears it, yet the
+    message is on the taken list (as Redis's BLMOVE leaves it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taken: list[dict[str, Any]] = []
+
+    def pop(self, run_id: str, timeout: float) -> dict[str, Any] | None:
+        message = super().pop(run_id, timeout)
+        if message is not None and message["kind"] == DONE and not self.taken:
+            self.taken.append(message)
+            return None
+        return message
+
+    def recover(self, run_id: str) -> list[dict[str, Any]]:
+        return list(self.taken)
+
+
+def test_a_completion_whose_reply_was_lost_is_recovered_from_the_taken_list_not_run_again(runtime):
+    runtime.inbox = ReplyLosingInbox()
+    flow = flow_with_retries(0)
+    sent: list[int] = []
+
+    def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
+        sent.append(call["attempt"])
+        answer(runtime, flow, call)
+
+    run_id = drive_with(runtime, flow, dispatch)
+    assert runtime.inbox.taken  # the reply was lost indeed
+    assert get_run(runtime.db, run_id).status == "ok"
+    assert [(r.attempt, r.status) for r in node_rows(runtime.db, run_id)] == [(1, "ok")]
+    assert sent == [1]  # its result was kept: the node did not run again

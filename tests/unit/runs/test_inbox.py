@@ -31,15 +31,18 @@ def test_drain_of_another_run_takes_nothing_of_this_one():
 
 
 class RedisBefore62:
-    """What redis-py raises against a server older than 6.2, where LPOP takes no count."""
+    """What redis-py raises against a server older than 6.2, which has no BLMOVE."""
 
-    def lpop(self, key, count=None):
-        raise redis.ResponseError("wrong number of arguments for 'lpop' command")
+    def register_script(self, script):
+        return None
+
+    def blmove(self, *args):
+        raise redis.ResponseError("unknown command 'blmove', with args beginning with: ")
 
     def info(self, section):
         return {"redis_version": "6.0.16"}
 
 
-def test_a_redis_too_old_for_drain_is_named_with_the_version_needed():
+def test_a_redis_too_old_for_blmove_is_named_with_the_version_needed():
     with pytest.raises(ConfigError, match=r"version 6\.0\.16, and fluksio needs 6\.2 or newer"):
-        RedisInbox(RedisBefore62()).drain("r", 10)
+        RedisInbox(RedisBefore62()).pop("r", 1)

@@ -1,0 +1,82 @@
+"""The Redis inbox against a real redis-server: what a driver takes can be read back until it is handled."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from fluksio.runs.inbox import DONE, RedisInbox
+from tests.integration.servers import RedisServer
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    started = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture
+def inbox(server: RedisServer) -> Iterator[RedisInbox]:
+    client = redis.Redis.from_url(server.url)
+    client.flushall()
+    yield RedisInbox(client)
+    client.close()
+
+
+def done(i: int) -> dict:
+    return {"kind": DONE, "call_id": f"r.n{i}.1", "i": i}
+
+
+def test_pop_and_drain_take_in_order_and_keep_a_copy_of_what_they_took(inbox: RedisInbox) -> None:
+    for i in range(5):
+        inbox.push("r", done(i))
+    assert inbox.pop("r", timeout=1) == done(0)
+    assert inbox.pop("r", timeout=0) == done(1)
+    assert inbox.drain("r", 2) == [done(2), done(3)]
+    assert inbox.drain("r", 10) == [done(4)]
+    assert inbox.drain("r", 10) == [] and inbox.pop("r", timeout=0.01) is None
+    assert inbox.recover("r") == [done(i) for i in range(5)]
+    assert inbox.redis.ttl("fluksio:inbox:r:taken") > 0  # a taken list nobody clears expires
+
+
+def test_a_message_whose_reply_was_lost_is_recovered(inbox: RedisInbox) -> None:
+    """The connection drops after Redis moved the message: the reply never arrives, the message is not gone."""
+    inbox.push("r", done(7))
+    key, taken = inbox._keys("r")
+    inbox.redis.lmove(key, taken, "LEFT", "RIGHT")  # what BLMOVE did before its reply was lost
+    assert inbox.pop("r", timeout=0.01) is None  # the resent command finds nothing left
+    assert inbox.recover("r") == [done(7)]
+
+
+def test_forget_taken_keeps_what_was_taken_since_the_check_before_last(inbox: RedisInbox) -> None:
+    inbox.push("r", done(0))
+    inbox.pop("r", timeout=1)
+    inbox.forget_taken("r")  # check 1: message 0 was there
+    inbox.push("r", done(1))
+    inbox.pop("r", timeout=1)
+    assert inbox.recover("r") == [done(0), done(1)]
+    inbox.forget_taken("r")  # check 2: message 0 is forgotten, message 1 stays until the next check
+    assert inbox.recover("r") == [done(1)]
+    inbox.forget_taken("r")
+    assert inbox.recover("r") == []
+
+
+def test_close_drops_the_inbox_and_its_taken_list(inbox: RedisInbox) -> None:
+    inbox.push("r", done(0))
+    inbox.push("r", done(1))
+    inbox.pop("r", timeout=1)
+    inbox.close("r")
+    assert inbox.pop("r", timeout=0) is None and inbox.recover("r") == []
+
+
+def test_inboxes_of_two_runs_are_apart(inbox: RedisInbox) -> None:
+    inbox.push("a", done(0))
+    assert inbox.drain("b", 10) == [] and inbox.recover("b") == []
+    assert inbox.drain("a", 10) == [done(0)] and inbox.recover("a") == [done(0)]

@@ -1,18 +1,29 @@
-"""The digest of the code a flow runs: every ``.py`` file of its source tree.
+"""The digest of the code a flow runs: its file and the ``.py`` files it imports from its source tree.
+
+The source tree is the flow file's folder, or the top of the package it is in.
+From the flow file, every ``import`` and ``from … import`` (module level or in
+a function) that names a module of that tree is followed, statically, and so
+on from each module reached (with the ``__init__.py`` of the packages on the
+way, which Python runs too). Editing a file the flow never imports — a test, a
+script, another flow's module — neither invalidates its cache entries nor makes
+its workers refuse calls. Modules imported by a computed name
+(``importlib.import_module(name)``) are not seen: import them by name in the
+flow file if their edits must count.
 
 Two readings of it: :func:`loaded_digest` is the code this process runs — the
-tree as it was when the flow's module ran (``Flow`` takes the snapshot), or the
-live node functions of a flow defined without a file — and it is what a run is
-claimed with and what a worker checks a call against. :func:`code_digest` is
-the tree on disk now, which a long-lived process that imported the flow before
+files as they were when the flow's module ran (``Flow`` takes the snapshot), or
+the live node functions of a flow defined without a file — and it is what a run
+is claimed with and what a worker checks a call against. :func:`code_digest` is
+the files on disk now, which a long-lived process that imported the flow before
 its files were edited does not run.
 
-Memoised on each file's stat state, so re-reading a tree costs a ``stat`` per
-file, not a read.
+Memoised on each file's stat state, so re-reading the files costs a ``stat``
+per file, not a read and a parse.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import os
@@ -26,12 +37,15 @@ if TYPE_CHECKING:  # flow.py imports this module to take its snapshot
 
 #: Folders never part of a flow's code.
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "build", "dist"})
-#: A tree larger than this is not walked past this many files (a flow in $HOME, say).
+#: Most files followed from one flow file (a flow in $HOME importing half of it, say).
 MAX_FILES = 5_000
 #: Hex digits of a digest shown in messages.
 SHORT_HEX = 12
 
-_memo: dict[str, tuple[tuple[int, int, int, int], str]] = {}
+#: What a ``from``-less or ``from`` import names: (dots before the module, the module, the names imported).
+Import = tuple[int, str, tuple[str, ...]]
+
+_memo: dict[str, tuple[tuple[int, int, int, int], str, tuple[Import, ...]]] = {}
 _memo_lock = threading.Lock()
 
 
@@ -51,10 +65,9 @@ def root_of(source_file: str | None) -> Path | None:
 
 
 def snapshot(source_file: str | None) -> str | None:
-    """The digest of the source tree of ``source_file`` as it is now; ``None`` without a file."""
+    """The digest of ``source_file`` and what it imports from its tree, as they are now; ``None`` without a file."""
     try:
-        root = root_of(source_file)
-        return None if root is None else tree_digest(root)
+        return None if not source_file else file_digest(Path(source_file))
     except OSError:  # an unreadable folder must not stop a module from defining its flow
         return None
 
@@ -74,9 +87,8 @@ def code_digest(flow: Flow) -> str:
 
     Not necessarily the code this process runs: see :func:`loaded_digest`.
     """
-    root = source_root(flow)
-    if root is not None:
-        return tree_digest(root)
+    if flow.source_file:
+        return file_digest(Path(flow.source_file))
     hasher = hashlib.sha256()
     for node in flow.nodes.values():
         try:
@@ -99,10 +111,12 @@ def _hash_code(hasher: hashlib._Hash, code: CodeType) -> None:
             hasher.update(f"{type(constant).__name__}:{constant!r}".encode())
 
 
-def tree_digest(root: Path) -> str:
-    """sha256 over the relative path and content of every ``.py`` file under ``root``."""
+def file_digest(path: Path) -> str:
+    """sha256 over the relative path and content of ``path`` and of every file of its tree it imports."""
+    root = root_of(str(path))
+    assert root is not None
     hasher = hashlib.sha256()
-    for relative, digest in _tree(root):
+    for relative, digest in _imported_tree(root, path.resolve()):
         hasher.update(relative.encode() + b"\0" + digest.encode() + b"\n")
     return "sha256:" + hasher.hexdigest()
 
@@ -115,40 +129,92 @@ def short(digest: str | None) -> str:
     return f"{kind}:{hexdigest[:SHORT_HEX]}…" if len(hexdigest) > SHORT_HEX else digest
 
 
-def _tree(root: Path) -> list[tuple[str, str]]:
-    entries = []
-    count = 0
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(
-            d for d in dirs
-            if not d.startswith(".") and d not in SKIPPED_DIRS and not (Path(folder, d) / "pyvenv.cfg").exists()
-        )
-        for name in sorted(files):
-            if not name.endswith(".py"):
-                continue
-            count += 1
-            if count > MAX_FILES:
-                return entries
-            path = os.path.join(folder, name)
-            entries.append((os.path.relpath(path, root), _file_digest(path)))
-    return entries
+def _imported_tree(root: Path, start: Path) -> list[tuple[str, str]]:
+    """``(path relative to root, content digest)`` of ``start`` and the files of ``root`` it imports, sorted."""
+    base = root.parent if (root / "__init__.py").is_file() else root  # where module names start
+    # Importing the flow file as part of its package runs the packages' __init__.py first.
+    todo = [start] + [folder / "__init__.py" for folder in start.parents
+                      if folder.is_relative_to(root) and (folder / "__init__.py").is_file()]
+    found: dict[Path, str] = {}
+    while todo and len(found) < MAX_FILES:
+        path = todo.pop()
+        if path in found:
+            continue
+        digest, imports = _read(str(path))
+        found[path] = digest
+        for dotted in _names(path.relative_to(base), imports):
+            todo += [target for target in _module_files(base, root, dotted) if target not in found]
+    return sorted((os.path.relpath(path, root), digest) for path, digest in found.items())
 
 
-def _file_digest(path: str) -> str:
+def _names(relative: Path, imports: tuple[Import, ...]) -> list[tuple[str, ...]]:
+    """The dotted names (as tuples) of every module an import of the file ``relative`` may load."""
+    parts = relative.with_suffix("").parts
+    package = parts[:-1]  # a module's package; for an __init__.py, the package itself
+    names: list[tuple[str, ...]] = []
+    for level, module, imported in imports:
+        if level:
+            if level - 1 > len(package):
+                continue  # beyond the top package: Python refuses it too
+            anchor = package[:len(package) - (level - 1)]
+        else:
+            anchor = ()
+        full = anchor + (tuple(module.split(".")) if module else ())
+        names += [full[:i] for i in range(1, len(full) + 1)]
+        names += [full + (name,) for name in imported if name != "*"]  # `from pkg import module`
+    return names
+
+
+def _module_files(base: Path, root: Path, dotted: tuple[str, ...]) -> list[Path]:
+    """The file of module ``dotted`` (``a/b.py`` or ``a/b/__init__.py``) when it is in ``root``."""
+    if not dotted:
+        return []
+    stem = base.joinpath(*dotted)
+    if not stem.resolve().is_relative_to(root):
+        return []
+    return [path.resolve() for path in (stem.with_name(stem.name + ".py"), stem / "__init__.py")
+            if _is_code(path, root)]
+
+
+def _is_code(path: Path, root: Path) -> bool:
+    if not path.is_file():
+        return False
+    folders = path.resolve().relative_to(root).parts[:-1]
+    return not any(part.startswith(".") or part in SKIPPED_DIRS for part in folders)
+
+
+def _read(path: str) -> tuple[str, tuple[Import, ...]]:
+    """The content digest of ``path`` and the imports it makes."""
     try:
         stat = os.stat(path)
     except OSError:
-        return "missing"
+        return "missing", ()
     # ctime too: an edit that keeps size and mtime (or restores the mtime) still changes ctime.
     key = (stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size, stat.st_ino)
     with _memo_lock:
         cached = _memo.get(path)
     if cached and cached[0] == key:
-        return cached[1]
+        return cached[1], cached[2]
     try:
-        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        content = Path(path).read_bytes()
     except OSError:
-        return "unreadable"
+        return "unreadable", ()
+    digest = hashlib.sha256(content).hexdigest()
+    imports = _imports_of(content)
     with _memo_lock:
-        _memo[path] = (key, digest)
-    return digest
+        _memo[path] = (key, digest, imports)
+    return digest, imports
+
+
+def _imports_of(content: bytes) -> tuple[Import, ...]:
+    try:
+        tree = ast.parse(content)
+    except (SyntaxError, ValueError):  # its digest still counts; what it would import cannot be known
+        return ()
+    found: list[Import] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(0, alias.name, ()) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.level, node.module or "", tuple(alias.name for alias in node.names)))
+    return tuple(found)

@@ -142,6 +142,10 @@ def test_editing_the_function_or_what_it_imports_is_a_miss(client: Client, tmp_p
     assert helper_edited.nodes[0].status.value == "ok" and helper_edited.result == {"y": 3}
     assert len({first.code_digest, edited.code_digest, helper_edited.code_digest}) == 3
 
+    (tree / "scratch.py").write_text("print('a script next to the flow, never imported by it')\n")
+    unrelated = client.submit(load_afresh(client, tree / "edited.py"), {"x": 1}).wait(timeout=30)
+    assert unrelated.nodes[0].status.value == "cached" and unrelated.code_digest == helper_edited.code_digest
+
 
 def test_a_cache_lookup_that_fails_is_a_miss_and_a_warning(client: Client, caplog: pytest.LogCaptureFixture) -> None:
     class BrokenStore:

@@ -1,4 +1,4 @@
-"""The code digest: every .py file of a flow's folder, and nothing else."""
+"""The code digest: a flow's file and the .py files of its tree it imports, and nothing else."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tests.unit.flows.notebook import notebook_flow
 
 FLOW_FILE = """
 from fluksio import Flow
+from flowpkg_helpers import OFFSET
 
 flow = Flow("digested", inputs={"x": int})
 
@@ -45,7 +46,7 @@ def write(path: Path, text: str) -> None:
 def project(tmp_path):
     root = tmp_path / "project"
     write(root / "flows.py", FLOW_FILE)
-    write(root / "helpers.py", "OFFSET = 1\n")
+    write(root / "flowpkg_helpers.py", "OFFSET = 1\n")
     [flow] = load_flows(str(root / "flows.py"))
     return root, flow
 
@@ -69,24 +70,37 @@ def test_editing_the_flow_file_changes_the_digest(project):
     assert code_digest(flow) != before
 
 
-def test_editing_another_py_file_in_the_folder_changes_the_digest(project):
+def test_editing_a_module_the_flow_imports_changes_the_digest(project):
     root, flow = project
     before = code_digest(flow)
-    write(root / "helpers.py", "OFFSET = 22\n")
+    write(root / "flowpkg_helpers.py", "OFFSET = 22\n")
     assert code_digest(flow) != before
 
 
-def test_adding_a_py_file_in_a_subfolder_changes_the_digest(project):
+@pytest.mark.parametrize("relative", ["scratch.py", "lib/model.py", "tests/test_helpers.py"])
+def test_a_py_file_the_flow_does_not_import_does_not_change_the_digest(project, relative):
     root, flow = project
     before = code_digest(flow)
-    write(root / "lib" / "model.py", "LAYERS = 3\n")
-    assert code_digest(flow) != before
+    write(root / relative, "LAYERS = 3\n")
+    assert code_digest(flow) == before
 
 
-def test_renaming_a_file_changes_the_digest(project):
+def test_imports_are_followed_from_module_to_module_and_from_inside_functions(project):
+    root, flow = project
+    write(root / "flowpkg_helpers.py", "from lib.model import LAYERS\nOFFSET = 1\n")
+    write(root / "lib" / "__init__.py", "")
+    write(root / "lib" / "model.py", "def layers():\n    import lib.sizes\n    return 3\n")
+    write(root / "lib" / "sizes.py", "WIDTH = 8\n")
+    for edited in ("lib/model.py", "lib/__init__.py", "lib/sizes.py"):
+        before = code_digest(flow)
+        write(root / edited, (root / edited).read_text() + "# edited\n")
+        assert code_digest(flow) != before, edited
+
+
+def test_renaming_an_imported_file_changes_the_digest(project):
     root, flow = project
     before = code_digest(flow)
-    (root / "helpers.py").rename(root / "utilities.py")
+    (root / "flowpkg_helpers.py").rename(root / "utilities.py")
     assert code_digest(flow) != before
 
 
@@ -119,23 +133,30 @@ def test_a_virtualenv_inside_the_folder_is_skipped(project):
     assert code_digest(flow) == before
 
 
-def test_a_flow_in_a_package_digests_the_whole_package(tmp_path):
-    top = tmp_path / "proj" / "toppkg"
+def test_a_flow_in_a_package_digests_what_it_imports_from_the_package(tmp_path, monkeypatch):
+    top = tmp_path / "proj" / "flowpkg_digested"
     write(top / "__init__.py", "")
     write(top / "sub" / "__init__.py", "")
-    write(top / "sub" / "flows.py", FLOW_FILE)
+    write(top / "sub" / "flows.py", FLOW_FILE.replace("from flowpkg_helpers import OFFSET",
+                                                       "from ..models import A\nfrom flowpkg_digested import util"))
     write(top / "models.py", "A = 1\n")
-    [flow] = load_flows(str(top / "sub" / "flows.py"))
+    write(top / "util.py", "B = 1\n")
+    write(top / "unrelated.py", "C = 1\n")
+    monkeypatch.syspath_prepend(str(top.parent))
+    [flow] = load_flows("flowpkg_digested.sub.flows")
     assert source_root(flow) == top.resolve()
-    before = code_digest(flow)
-    write(top / "models.py", "A = 2222\n")
-    assert code_digest(flow) != before
+    for edited, counts in [("models.py", True), ("util.py", True), ("__init__.py", True), ("sub/__init__.py", True),
+                           ("unrelated.py", False)]:
+        before = code_digest(flow)
+        write(top / edited, (top / edited).read_text() + "# edited\n")
+        assert (code_digest(flow) != before) is counts, edited
 
 
 def test_two_folders_with_the_same_files_have_the_same_digest(tmp_path):
     flows = []
     for name in ("one", "two"):
         write(tmp_path / name / "flows.py", FLOW_FILE)
+        write(tmp_path / name / "flowpkg_helpers.py", "OFFSET = 1\n")
         [flow] = load_flows(str(tmp_path / name / "flows.py"))
         flows.append(flow)
     assert code_digest(flows[0]) == code_digest(flows[1])
@@ -177,7 +198,7 @@ def test_the_loaded_digest_is_the_tree_when_the_flow_was_defined(project):
     root, flow = project
     assert flow.source_digest == loaded_digest(flow) == code_digest(flow)
     write(root / "flows.py", FLOW_FILE.replace("x + 1", "x + 2"))
-    write(root / "helpers.py", "OFFSET = 22\n")
+    write(root / "flowpkg_helpers.py", "OFFSET = 22\n")
     assert code_digest(flow) != flow.source_digest  # on disk now
     assert loaded_digest(flow) == flow.source_digest  # what this process imported
 

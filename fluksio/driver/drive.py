@@ -180,7 +180,9 @@ class Driver:
             for key in self.waiting:
                 if self.queues.get(key):
                     self.rt.placer.forget(self._call_id(self.queues[key][0]))
-            if not self.lost_run:  # else the inbox is the new driver's now
+            if self.lost_run:
+                self.rt.inbox.leave(self.run_id)  # the inbox is the new driver's now
+            else:
                 self.rt.inbox.close(self.run_id)
 
     def _leave_to_another_driver(self) -> None:

@@ -41,6 +41,9 @@ class Inbox(ABC):
     def close(self, run_id: str) -> None:
         """Drop the run's inbox once its driver is done with it."""
 
+    def leave(self, run_id: str) -> None:
+        """Stop using the run's inbox without removing it: another driver has the run now."""
+
     def recover(self, run_id: str) -> list[dict[str, Any]]:
         """Messages taken off the inbox lately, oldest first: those whose reply never reached the driver are
         among them. Called when a call's completion is overdue; the caller skips what it has handled already.
@@ -123,17 +126,18 @@ return items
         self._drain = client.register_script(self.DRAIN_SCRIPT)
         #: How many messages each run's taken list held at the driver's previous check.
         self._taken_before: dict[str, int] = {}
+        #: Runs whose taken list was given its expiry by this process (once per run, not per message).
+        self._expiring: set[str] = set()
 
     @staticmethod
     def _keys(run_id: str) -> tuple[str, str]:
         return INBOX_KEY + run_id, INBOX_KEY + run_id + TAKEN_SUFFIX
 
     def push(self, run_id: str, message: dict[str, Any]) -> None:
-        key, taken = self._keys(run_id)
+        key = INBOX_KEY + run_id
         pipe = self.redis.pipeline(transaction=False)
         pipe.rpush(key, json.dumps(message))
         pipe.expire(key, self.TTL_S)
-        pipe.expire(taken, self.TTL_S)  # no-op until the driver took something
         pipe.execute()
 
     def pop(self, run_id: str, timeout: float) -> dict[str, Any] | None:
@@ -143,7 +147,14 @@ return items
         else:
             # BLMOVE's timeout is in seconds and takes fractions. 0 would mean "forever".
             raw = self._needs_62(lambda: self.redis.blmove(key, taken, max(timeout, 0.001), "LEFT", "RIGHT"))
-        return json.loads(raw) if raw is not None else None
+        if raw is None:
+            return None
+        if run_id not in self._expiring:
+            # BLMOVE made the list without an expiry: were the driver to die now and the run never be
+            # resumed, nothing else would ever remove it.
+            self.redis.expire(taken, self.TTL_S)
+            self._expiring.add(run_id)
+        return json.loads(raw)
 
     def drain(self, run_id: str, limit: int) -> list[dict[str, Any]]:
         return [json.loads(item) for item in self._drain(keys=self._keys(run_id), args=[limit, self.TTL_S])]
@@ -160,8 +171,12 @@ return items
         pipe.llen(taken)
         self._taken_before[run_id] = pipe.execute()[-1]
 
-    def close(self, run_id: str) -> None:
+    def leave(self, run_id: str) -> None:
         self._taken_before.pop(run_id, None)
+        self._expiring.discard(run_id)
+
+    def close(self, run_id: str) -> None:
+        self.leave(run_id)
         self.redis.delete(*self._keys(run_id))
 
     def _needs_62(self, command: Any) -> Any:

@@ -46,6 +46,12 @@ def test_pop_and_drain_take_in_order_and_keep_a_copy_of_what_they_took(inbox: Re
     assert inbox.redis.ttl("fluksio:inbox:r:taken") > 0  # a taken list nobody clears expires
 
 
+def test_the_taken_list_expires_from_the_first_message_taken(inbox: RedisInbox) -> None:
+    inbox.push("r", done(0))
+    inbox.pop("r", timeout=1)  # a driver that died right after this leaves a list nobody else removes
+    assert inbox.redis.ttl("fluksio:inbox:r:taken") > 0
+
+
 def test_a_message_whose_reply_was_lost_is_recovered(inbox: RedisInbox) -> None:
     """The connection drops after Redis moved the message: the reply never arrives, the message is not gone."""
     inbox.push("r", done(7))

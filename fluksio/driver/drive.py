@@ -161,7 +161,9 @@ class Driver:
             self._loop()
             if self.lost_run:
                 # The run is another driver's now, and so are its rows: one written from here could take the
-                # place of the new driver's row for the same attempt.
+                # place of the new driver's row for the same attempt. Its calls in flight are of no use to
+                # anyone (their rows would be discarded too): they stop and free their machines.
+                self._stop_calls()
                 self.journal.discard()
             else:
                 self.journal.write()
@@ -236,13 +238,14 @@ class Driver:
                     # Other calls may have finished meanwhile (a fan-out): take them now, write them together.
                     # (With one call in flight, as in a chain, there is nothing else to take: no round trip.)
                     messages += self.rt.inbox.drain(self.run_id, DRAIN_LIMIT)
-                for message in messages:
+                for index, message in enumerate(messages):
                     if message["kind"] == DONE:
                         self._completed(message)
                     elif message["kind"] == CANCEL:
                         self._cancel()
-                if self.lost_run:
-                    return
+                    if self.lost_run:
+                        self._hand_back(messages[index:])
+                        return
             if now >= next_check:
                 # After the messages taken: a completion in hand is not a call that never reported.
                 next_check = now + settings.heartbeat_interval_s
@@ -379,8 +382,7 @@ class Driver:
             entry = self.in_flight.pop(call_id, None)
             if entry is None and message.get("epoch", 0) > self.epoch:
                 # The run was resumed and another driver sent this call: the run is no longer ours, and the
-                # completion is the other driver's (both drives share the run's inbox).
-                self.rt.inbox.push(self.run_id, message)
+                # completion is the other driver's (both drives share the run's inbox; see _hand_back).
                 log.warning("run %s was resumed by another driver (a completion of its call %s came here); "
                             "stopping", self.run_id, call_id)
                 self.lost_run = True
@@ -429,6 +431,13 @@ class Driver:
         running (no company is coming), the run is ending, or they have waited long enough."""
         return self.journal.due() or (self.journal.waiting and (
             self.walk.has_fresh or not self.in_flight or self.cancelled or self.rt.stopping.is_set()))
+
+    def _hand_back(self, messages: list[dict[str, Any]]) -> None:
+        """Put back what this driver took after the run became another driver's: that driver's completions,
+        cancel requests and wake-ups. Completions of this driver's own calls (or older ones) are dropped."""
+        for message in messages:
+            if message["kind"] != DONE or message.get("epoch", 0) > self.epoch:
+                self.rt.inbox.push(self.run_id, message)
 
     def _check_calls(self) -> None:
         """Settle, as errors, calls that will never report.

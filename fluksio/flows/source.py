@@ -35,8 +35,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # flow.py imports this module to take its snapshot
     from fluksio.flows.flow import Flow
 
-#: Folders never part of a flow's code.
-SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "build", "dist"})
 #: Most files followed from one flow file (a flow in $HOME importing half of it, say).
 MAX_FILES = 5_000
 #: Hex digits of a digest shown in messages.
@@ -130,9 +128,14 @@ def short(digest: str | None) -> str:
 
 
 def _imported_tree(root: Path, start: Path) -> list[tuple[str, str]]:
-    """``(path relative to root, content digest)`` of ``start`` and the files of ``root`` it imports, sorted."""
-    base = root.parent if (root / "__init__.py").is_file() else root  # where module names start
-    # Importing the flow file as part of its package runs the packages' __init__.py first.
+    """``(path relative to root, content digest)`` of ``start`` and the files of ``root`` it imports, sorted.
+
+    Paths are taken as Python imports them, never resolved: a module that is a symlink (even to a file
+    outside the tree) counts under its name in the tree, with the content it points to. An absolute
+    import is looked for from every folder between the importing file and the tree's parent, since
+    which of them is on ``sys.path`` depends on how the flow was loaded (a file path, a module name, a
+    namespace package): finding a module that would not be imported only makes the digest stricter.
+    """
     todo = [start] + [folder / "__init__.py" for folder in start.parents
                       if folder.is_relative_to(root) and (folder / "__init__.py").is_file()]
     found: dict[Path, str] = {}
@@ -142,45 +145,43 @@ def _imported_tree(root: Path, start: Path) -> list[tuple[str, str]]:
             continue
         digest, imports = _read(str(path))
         found[path] = digest
-        for dotted in _names(path.relative_to(base), imports):
-            todo += [target for target in _module_files(base, root, dotted) if target not in found]
+        todo += [target for target in _imported_files(path, root, imports) if target not in found]
     return sorted((os.path.relpath(path, root), digest) for path, digest in found.items())
 
 
-def _names(relative: Path, imports: tuple[Import, ...]) -> list[tuple[str, ...]]:
-    """The dotted names (as tuples) of every module an import of the file ``relative`` may load."""
-    parts = relative.with_suffix("").parts
-    package = parts[:-1]  # a module's package; for an __init__.py, the package itself
-    names: list[tuple[str, ...]] = []
+def _imported_files(path: Path, root: Path, imports: tuple[Import, ...]) -> list[Path]:
+    """The files of ``root`` that the imports of the file ``path`` may load."""
+    searched = [folder for folder in path.parents if folder.is_relative_to(root.parent)]
+    files: list[Path] = []
     for level, module, imported in imports:
-        if level:
-            if level - 1 > len(package):
-                continue  # beyond the top package: Python refuses it too
-            anchor = package[:len(package) - (level - 1)]
+        dotted = tuple(module.split(".")) if module else ()
+        if level:  # `from .. import x`: the importing file's folder, then one folder up per extra dot
+            if level > len(searched):
+                continue  # beyond the tree's parent: nothing of the tree
+            anchors = [searched[level - 1]]
         else:
-            anchor = ()
-        full = anchor + (tuple(module.split(".")) if module else ())
-        names += [full[:i] for i in range(1, len(full) + 1)]
-        names += [full + (name,) for name in imported if name != "*"]  # `from pkg import module`
-    return names
+            anchors = searched
+        for anchor in anchors:
+            for prefix in range(1, len(dotted) + 1):
+                files += _module_files(anchor, root, dotted[:prefix])
+            for name in imported:
+                if name == "*":  # `from pkg import *` may load any module of pkg (its __all__ says which)
+                    folder = anchor.joinpath(*dotted)
+                    if folder.is_relative_to(root) and (folder / "__init__.py").is_file():
+                        files += sorted(folder.glob("*.py"))
+                else:  # `from pkg import name`: name may be a module of pkg
+                    files += _module_files(anchor, root, dotted + (name,))
+    return files
 
 
-def _module_files(base: Path, root: Path, dotted: tuple[str, ...]) -> list[Path]:
-    """The file of module ``dotted`` (``a/b.py`` or ``a/b/__init__.py``) when it is in ``root``."""
+def _module_files(anchor: Path, root: Path, dotted: tuple[str, ...]) -> list[Path]:
+    """The file of module ``dotted`` under ``anchor`` (``a/b.py`` or ``a/b/__init__.py``), if in ``root``."""
     if not dotted:
         return []
-    stem = base.joinpath(*dotted)
-    if not stem.resolve().is_relative_to(root):
+    stem = anchor.joinpath(*dotted)
+    if not stem.is_relative_to(root):
         return []
-    return [path.resolve() for path in (stem.with_name(stem.name + ".py"), stem / "__init__.py")
-            if _is_code(path, root)]
-
-
-def _is_code(path: Path, root: Path) -> bool:
-    if not path.is_file():
-        return False
-    folders = path.resolve().relative_to(root).parts[:-1]
-    return not any(part.startswith(".") or part in SKIPPED_DIRS for part in folders)
+    return [path for path in (stem.with_name(stem.name + ".py"), stem / "__init__.py") if path.is_file()]
 
 
 def _read(path: str) -> tuple[str, tuple[Import, ...]]:

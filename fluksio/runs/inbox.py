@@ -169,7 +169,9 @@ return items
         pipe.ltrim(taken, self._taken_before.get(run_id, 0), -1)
         pipe.expire(taken, self.TTL_S)
         pipe.llen(taken)
-        self._taken_before[run_id] = pipe.execute()[-1]
+        left = self._taken_before[run_id] = pipe.execute()[-1]
+        if not left:  # trimmed empty, the list is gone: the next take makes it anew, without an expiry
+            self._expiring.discard(run_id)
 
     def leave(self, run_id: str) -> None:
         self._taken_before.pop(run_id, None)

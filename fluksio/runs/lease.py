@@ -31,7 +31,8 @@ def sweep_once(db: Database, stale_after_s: float, spare: Collection[str] = (), 
 
     Without ``auto_resume`` each is marked ``abandoned``. With it, those of the ``drivable`` flows go
     straight back to ``queued`` (in the same UPDATE, so nobody sees them abandoned in between) and are
-    handed over; the others are abandoned for a process that can load them. With ``hand_over``, runs of
+    handed over; the others are left one more stale limit to a sweeper that can load them, and then
+    abandoned (no driver process has their flow). With ``hand_over``, runs of
     ``drivable`` flows queued so long that their hand-over must have been lost (a broker restart, a
     process that stopped with it in memory) are handed over again too.
     """
@@ -49,8 +50,9 @@ def sweep_once(db: Database, stale_after_s: float, spare: Collection[str] = (), 
                         stale_after_s)
             taken.append(run_id)
             hand_over(run_id, flow, True)
-    for run_id in run_rows.abandon_stale.__wrapped__(db, stale_after_s, spare):
-        log.warning("run %s: its driver's lease is older than %g s; marked abandoned", run_id, stale_after_s)
+    abandon_after_s = stale_after_s * 2 if auto_resume and hand_over is not None else stale_after_s
+    for run_id in run_rows.abandon_stale.__wrapped__(db, abandon_after_s, spare):
+        log.warning("run %s: its driver's lease is older than %g s; marked abandoned", run_id, abandon_after_s)
         taken.append(run_id)
     return taken
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 from fluksio.schemas import RunStatus
 
 #: Which statuses a run may move to from each status. A run that did not end ``ok`` may go back to
-#: ``queued`` only by being resumed; ``ok`` is final.
+#: ``queued`` only by being resumed; ``ok`` is final. One move is not in the table, so that no plain
+#: :func:`~fluksio.store.runs.transition` can make it: auto-resume sends a ``running`` run whose driver is
+#: gone straight back to ``queued`` (recorded as resumed from ``abandoned``), in the guarded UPDATEs of
+#: ``requeue_stale`` and ``requeue_handed_over``.
 TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.QUEUED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.ERROR}),
     RunStatus.RUNNING: frozenset({RunStatus.OK, RunStatus.ERROR, RunStatus.CANCELLED, RunStatus.ABANDONED}),

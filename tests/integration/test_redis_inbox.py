@@ -50,6 +50,12 @@ def test_the_taken_list_expires_from_the_first_message_taken(inbox: RedisInbox) 
     inbox.push("r", done(0))
     inbox.pop("r", timeout=1)  # a driver that died right after this leaves a list nobody else removes
     assert inbox.redis.ttl("fluksio:inbox:r:taken") > 0
+    inbox.forget_taken("r")
+    inbox.forget_taken("r")  # trimmed empty: the list is gone
+    assert not inbox.redis.exists("fluksio:inbox:r:taken")
+    inbox.push("r", done(1))
+    inbox.pop("r", timeout=1)  # made anew by the next take: it expires too
+    assert inbox.redis.ttl("fluksio:inbox:r:taken") > 0
 
 
 def test_a_message_whose_reply_was_lost_is_recovered(inbox: RedisInbox) -> None:

@@ -1,4 +1,4 @@
-"""A driver whose run was resumed by another driver leaves that driver's completions (and inbox) alone."""
+"""A driver whose run was resumed by another driver leaves that driver's messages (and inbox) alone."""
 
 from __future__ import annotations
 
@@ -8,31 +8,51 @@ from typing import Any
 from sqlalchemy import update
 
 from fluksio import Flow
-from fluksio.runs.inbox import DONE
+from fluksio.driver.drive import drive
+from fluksio.runs.inbox import CANCEL, DONE
+from fluksio.runs.submit import submit_run
 from fluksio.store.models import Run
 from fluksio.store.runs import get_run, node_rows
-from tests.unit.driver.test_drive_rows import drive_with, hop
+from tests.unit.driver.test_drive_rows import hop
 
 
-def test_a_completion_of_a_newer_drive_is_left_in_the_inbox_and_the_old_driver_stops(make_runtime):
+def completion(call_id: str, node: str, epoch: int) -> dict[str, Any]:
+    now = datetime.now(timezone.utc).isoformat()
+    return {"kind": DONE, "call_id": call_id, "node": node, "attempt": 1, "epoch": epoch, "status": "ok",
+            "machine": "local", "gpus": [], "started_at": now, "finished_at": now, "outputs": {node: 0},
+            "artifacts": [], "logs": ""}
+
+
+def test_an_old_driver_hands_back_the_new_drivers_messages_stops_its_calls_and_writes_nothing(make_runtime):
     runtime = make_runtime(cpus=2, lease_interval_s=0.2)
-    flow = Flow("resumed_elsewhere", outputs=["x"])
-    flow.node(hop, name="x", provides="x", requires=[])
-    theirs: dict[str, Any] = {}
+    flow = Flow("resumed_elsewhere", outputs=["a", "b"])
+    flow.node(hop, name="a", provides="a", requires=[])
+    flow.node(hop, name="b", provides="b", requires=[])
+    sent: list[str] = []
+    revoked: list[str] = []
+    theirs = [completion("RUN.r1.a.1", "a", epoch=1), {"kind": CANCEL}]
 
     def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
-        # While this driver's call runs, the run is resumed (it looked dead) and the new driver's call ends
-        # first: its completion lands in the inbox both drives share.
         assert call["epoch"] == 0
+        sent.append(call["call_id"])
+        if len(sent) < 2:
+            return
+        # While this driver's calls run, the run is resumed (it looked dead); the new driver's call ends and
+        # the run's cancel is asked for, and then one of this driver's own calls ends: all in the inbox both
+        # drives share, taken by this driver in one go.
+        run_id = call["run_id"]
         with runtime.db.write() as session:
-            session.execute(update(Run).where(Run.id == call["run_id"]).values(resume_count=1))
-        now = datetime.now(timezone.utc).isoformat()
-        theirs.update(kind=DONE, call_id=f"{call['run_id']}.r1.x.1", node="x", attempt=1, epoch=1, status="ok",
-                      machine="local", gpus=[], started_at=now, finished_at=now, outputs={"x": 0}, artifacts=[],
-                      logs="")
-        runtime.inbox.push(call["run_id"], dict(theirs))
+            session.execute(update(Run).where(Run.id == run_id).values(resume_count=1))
+        theirs[0]["call_id"] = f"{run_id}.r1.a.1"
+        for message in theirs:
+            runtime.inbox.push(run_id, dict(message))
+        runtime.inbox.push(run_id, completion(sent[0], "a", epoch=0))
 
-    run_id = drive_with(runtime, flow, dispatch)
-    assert runtime.inbox.pop(run_id, timeout=0) == theirs  # still there for the driver it belongs to
-    assert node_rows(runtime.db, run_id) == []  # and the old driver wrote nothing
-    assert get_run(runtime.db, run_id).status == "running"  # nor ended the run that is no longer its
+    run, _ = submit_run(runtime.db, runtime.registry, runtime.artifacts, flow, engine="embedded", params={},
+                        no_cache=True, embedded_machines=runtime.placer.machines())
+    drive(runtime, run.id, dispatch, revoked.append)
+    # The new driver's completion and the cancel are back, in order; this driver's own completion is dropped.
+    assert [runtime.inbox.pop(run.id, timeout=0) for _ in range(3)] == [*theirs, None]
+    assert sorted(revoked) == sorted(sent)  # its calls in flight are stopped: their results are no one's
+    assert node_rows(runtime.db, run.id) == []  # it wrote no row
+    assert get_run(runtime.db, run.id).status == "running"  # nor ended the run that is no longer its

@@ -231,3 +231,54 @@ def test_the_digest_of_compiled_code_is_the_same_in_every_process():
         for seed in ("1", "2", "3")
     }
     assert len(digests) == 1 and next(iter(digests)).startswith("sha256:")
+
+
+# -- how imports are found ----------------------------------------------------------------------------
+
+
+def edits_count(root: Path, flow: Flow, relative: str) -> bool:
+    before = code_digest(flow)
+    write(root / relative, (root / relative).read_text() + "# edited\n")
+    return code_digest(flow) != before
+
+
+def test_a_module_that_is_a_symlink_to_a_file_outside_the_tree_counts_under_its_name(tmp_path):
+    shared = tmp_path / "shared" / "flowpkg_common.py"
+    write(shared, "SCALE = 2\n")
+    root = tmp_path / "project"
+    write(root / "flows.py", FLOW_FILE.replace("from flowpkg_helpers import OFFSET", "import flowpkg_common"))
+    (root / "flowpkg_common.py").symlink_to(shared)
+    [flow] = load_flows(str(root / "flows.py"))  # loads: the link is followed, not refused
+    assert edits_count(tmp_path, flow, "shared/flowpkg_common.py")
+
+
+def test_a_sibling_imported_from_a_folder_with_an_init_loaded_by_path_counts(tmp_path):
+    root = tmp_path / "flowpkg_folder"
+    write(root / "__init__.py", "")
+    write(root / "flows.py", FLOW_FILE)
+    write(root / "flowpkg_helpers.py", "OFFSET = 1\n")
+    [flow] = load_flows(str(root / "flows.py"))  # its folder is on sys.path: `from flowpkg_helpers import`
+    assert edits_count(root, flow, "flowpkg_helpers.py")
+
+
+def test_a_module_of_a_namespace_package_imported_by_its_full_name_counts(tmp_path, monkeypatch):
+    root = tmp_path / "proj" / "flowpkg_ns"  # no __init__.py
+    write(root / "train.py", FLOW_FILE.replace("from flowpkg_helpers import OFFSET",
+                                               "from flowpkg_ns import helpers"))
+    write(root / "helpers.py", "OFFSET = 1\n")
+    monkeypatch.syspath_prepend(str(root.parent))
+    [flow] = load_flows("flowpkg_ns.train")
+    assert edits_count(root, flow, "helpers.py")
+
+
+def test_a_star_import_of_a_package_counts_its_modules_and_submodule_imports_are_followed(tmp_path):
+    root = tmp_path / "project"
+    write(root / "flows.py", FLOW_FILE.replace("from flowpkg_helpers import OFFSET",
+                                               "from flowpkg_star import *\nimport flowpkg_build.steps"))
+    write(root / "flowpkg_star" / "__init__.py", "__all__ = ['layers']\n")
+    write(root / "flowpkg_star" / "layers.py", "DEPTH = 3\n")
+    write(root / "flowpkg_build" / "__init__.py", "")
+    write(root / "flowpkg_build" / "steps.py", "STEPS = 1\n")
+    [flow] = load_flows(str(root / "flows.py"))
+    assert edits_count(root, flow, "flowpkg_star/layers.py")
+    assert edits_count(root, flow, "flowpkg_build/steps.py")

@@ -55,12 +55,19 @@ def test_with_auto_resume_a_stale_run_is_queued_before_it_is_handed_over_never_a
     assert (stored.resumed_from, stored.resume_count) == (RunStatus.ABANDONED.value, 1)
 
 
-def test_with_auto_resume_a_run_of_a_flow_this_process_cannot_load_is_abandoned(db):
-    run_id = running_run_with_a_dead_driver(db, flow="elsewhere")
+def test_with_auto_resume_a_run_of_a_flow_this_process_cannot_load_is_left_to_another_then_abandoned(db):
+    run_id = running_run_with_a_dead_driver(db, flow="elsewhere")  # lease 120 s old
     handed: list[tuple[str, str, bool]] = []
-    assert sweep_once(db, 60, drivable=["train"], hand_over=lambda *args: handed.append(args),
+    # A sweeper that cannot load it leaves it one more stale limit to one that can (and would resume it)…
+    assert sweep_once(db, 61, drivable=["train"], hand_over=lambda *args: handed.append(args),
+                      auto_resume=True) == []
+    assert get_run(db, run_id).status == RunStatus.RUNNING.value
+    # …and once that is over too, no driver process has its flow: abandoned, saying how long it waited.
+    assert sweep_once(db, 59, drivable=["train"], hand_over=lambda *args: handed.append(args),
                       auto_resume=True) == [run_id]
-    assert get_run(db, run_id).status == RunStatus.ABANDONED.value and handed == []
+    stored = get_run(db, run_id)
+    assert stored.status == RunStatus.ABANDONED.value and "none for over 118 s" in stored.status_reason
+    assert handed == []
 
 
 def test_a_lost_hand_over_of_a_resumed_run_is_sent_again_once_it_is_stale(db):

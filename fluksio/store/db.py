@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -68,6 +69,37 @@ def retried(fn: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
+def _begin_immediate(connection: Connection) -> None:
+    """``BEGIN IMMEDIATE``, waiting for another writer in short steps of our own.
+
+    SQLite's busy handler sleeps 1, 2, 5 … 25, 50, 100 ms between tries, so a writer that finds the file
+    locked often waits longer than the other writer needed. Here the busy timeout is off for the BEGIN
+    alone and a try is made every 0.5–4 ms, up to the same limit; once it holds the write lock, nothing in
+    the transaction waits on another writer (WAL). Measured with ``benchmarks/submit.py --no-redis``
+    against SQLite's handler, alternating: submit p99 25.8–31.3 ms against 34.5–35.4 ms.
+    """
+    sqlite = connection.connection.driver_connection
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    pause = 0.0005
+    sqlite.execute("PRAGMA busy_timeout=0")
+    try:
+        while True:
+            if time.monotonic() + pause >= deadline:
+                break
+            try:
+                sqlite.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc):
+                    break
+            time.sleep(pause)
+            pause = min(pause * 2, 0.004)
+        # The last try through SQLAlchemy: an error is raised as the store's retries know it.
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    finally:
+        sqlite.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+
+
 class Database:
     """The run store: a read engine and a write engine (the same one except on SQLite).
 
@@ -118,7 +150,10 @@ class Database:
 
         @event.listens_for(engine, "begin")
         def _on_begin(connection: Any) -> None:
-            connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            if immediate:
+                _begin_immediate(connection)
+            else:
+                connection.exec_driver_sql("BEGIN")
 
         return engine
 

@@ -564,3 +564,61 @@ def test_the_plain_rows_have_the_models_columns():
     assert {f.name for f in fields(NodeRow)} == {c.key for c in RunNode.__table__.columns if not c.primary_key}
     assert {f.name for f in fields(ArtifactRow)} == {c.key for c in RunArtifact.__table__.columns
                                                      if not c.primary_key}
+
+
+def test_a_writer_waits_for_another_writers_transaction_and_then_writes(db):
+    import threading
+    import time
+
+    from sqlalchemy import text
+
+    holder_started, release = threading.Event(), threading.Event()
+
+    def hold_the_write_lock():
+        with db.write() as session:
+            session.execute(text("SELECT 1"))  # BEGIN IMMEDIATE has run: the write lock is held
+            holder_started.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold_the_write_lock)
+    holder.start()
+    assert holder_started.wait(5)
+    threading.Timer(0.2, release.set).start()
+    started = time.monotonic()
+    run = new_run(db)  # waits for the holder, in short steps, instead of failing
+    waited = time.monotonic() - started
+    holder.join(5)
+    assert status_of(db, run.id) == "queued"
+    assert waited >= 0.15  # it did wait for the other writer
+
+
+def test_a_writer_gives_up_after_the_busy_limit_with_sqlites_error(db, monkeypatch):
+    import sqlite3
+    import threading
+
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+
+    import fluksio.store.db as store_db
+
+    monkeypatch.setattr(store_db, "SQLITE_BUSY_TIMEOUT_MS", 100)
+    holder_started, release = threading.Event(), threading.Event()
+
+    def hold_the_write_lock():
+        with db.write() as session:
+            session.execute(text("SELECT 1"))
+            holder_started.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold_the_write_lock)
+    holder.start()
+    try:
+        assert holder_started.wait(5)
+        with pytest.raises(OperationalError) as failed, db.write() as session:
+            session.execute(text("SELECT 1"))
+        assert isinstance(failed.value.orig, sqlite3.OperationalError) and "locked" in str(failed.value.orig)
+    finally:
+        release.set()
+        holder.join(5)
+    with db.write() as session:  # the connection that gave up is usable again, its busy timeout restored
+        assert session.execute(text("PRAGMA busy_timeout")).scalar() == 100

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Celery
+from celery.utils.nodenames import anon_nodename
 from celery.worker import state as worker_state
 from kombu import Queue
 
@@ -32,6 +33,8 @@ class CallSender:
         self._connection = app.connection_for_write()
         self._producer = app.amqp.Producer(self._connection, auto_declare=False)
         self._queues: dict[str, Queue] = {}
+        #: The message's ``origin`` header: Celery works it out again (host name and pid) for every message.
+        self._origin = anon_nodename()
 
     def send(self, call: dict[str, Any], queue: str, display: str) -> None:
         # What logs, events and Flower show of the call: who it is, not its inputs (Celery would
@@ -41,17 +44,22 @@ class CallSender:
         message = amqp.create_task_message(
             call["call_id"], CALL_TASK, (), {"call": call}, create_sent_event=self.app.conf.task_send_sent_event,
             root_id=self.drive_id, parent_id=self.drive_id, shadow=display, ignore_result=True,
-            argsrepr="()", kwargsrepr=repr({"call": shown}),
+            argsrepr="()", kwargsrepr=repr({"call": shown}), origin=self._origin,
         )
         # A broker error surfaces as the transport's own (redis-py's, say): the driver ends the call as
         # one that could not be sent, whichever library raised it.
-        amqp.send_task_message(self._producer, CALL_TASK, message, queue=self._queue(queue))
+        # declare=[]: the queue was declared when it was bound (Celery would ask kombu's declaration cache
+        # again for every message).
+        amqp.send_task_message(self._producer, CALL_TASK, message, queue=self._queue(queue), declare=[])
 
     def _queue(self, name: str) -> Queue:
-        """Celery's queue of that name, bound to the producer's channel (again after a reconnection)."""
+        """Celery's queue of that name, bound to the producer's channel and declared on it (again after a
+        reconnection, which brings a new channel)."""
         bound = self._queues.get(name)
         if bound is None or bound.channel is not self._producer.channel:
-            bound = self._queues[name] = self.app.amqp.queues[name].bind(self._producer.channel)
+            bound = self.app.amqp.queues[name].bind(self._producer.channel)
+            self._producer.maybe_declare(bound)
+            self._queues[name] = bound
         return bound
 
     def close(self) -> None:

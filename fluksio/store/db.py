@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sqlite3
@@ -81,23 +82,27 @@ def _begin_immediate(connection: Connection) -> None:
     sqlite = connection.connection.driver_connection
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
     pause = 0.0005
-    sqlite.execute("PRAGMA busy_timeout=0")
     try:
-        while True:
-            if time.monotonic() + pause >= deadline:
-                break
+        sqlite.execute("PRAGMA busy_timeout=0")
+        while time.monotonic() + pause < deadline:
             try:
                 sqlite.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc):
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
                     break
             time.sleep(pause)
             pause = min(pause * 2, 0.004)
-        # The last try through SQLAlchemy: an error is raised as the store's retries know it.
+        # The last try (the time is up, or another error came) through SQLAlchemy: its error is raised
+        # as the store's retries know it.
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+        return
+    except sqlite3.Error:
+        pass  # a closed or broken connection: retried below, through SQLAlchemy (which invalidates it)
     finally:
-        sqlite.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        with contextlib.suppress(sqlite3.Error):
+            sqlite.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 class Database:

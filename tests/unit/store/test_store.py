@@ -595,6 +595,7 @@ def test_a_writer_waits_for_another_writers_transaction_and_then_writes(db):
 def test_a_writer_gives_up_after_the_busy_limit_with_sqlites_error(db, monkeypatch):
     import sqlite3
     import threading
+    import time
 
     from sqlalchemy import text
     from sqlalchemy.exc import OperationalError
@@ -602,6 +603,14 @@ def test_a_writer_gives_up_after_the_busy_limit_with_sqlites_error(db, monkeypat
     import fluksio.store.db as store_db
 
     monkeypatch.setattr(store_db, "SQLITE_BUSY_TIMEOUT_MS", 100)
+    began_on: list = []  # the sqlite3 connection of each BEGIN
+    real_begin = store_db._begin_immediate
+
+    def begin(connection):
+        began_on.append(connection.connection.driver_connection)
+        return real_begin(connection)
+
+    monkeypatch.setattr(store_db, "_begin_immediate", begin)
     holder_started, release = threading.Event(), threading.Event()
 
     def hold_the_write_lock():
@@ -614,11 +623,30 @@ def test_a_writer_gives_up_after_the_busy_limit_with_sqlites_error(db, monkeypat
     holder.start()
     try:
         assert holder_started.wait(5)
+        started = time.monotonic()
         with pytest.raises(OperationalError) as failed, db.write() as session:
             session.execute(text("SELECT 1"))
+        assert time.monotonic() - started < 5  # the limit, not the limit twice nor SQLite's 30 s
         assert isinstance(failed.value.orig, sqlite3.OperationalError) and "locked" in str(failed.value.orig)
+        # The connection that gave up has its busy timeout back (read outside any transaction of ours).
+        assert began_on[-1].execute("PRAGMA busy_timeout").fetchone()[0] == 100
     finally:
         release.set()
         holder.join(5)
-    with db.write() as session:  # the connection that gave up is usable again, its busy timeout restored
-        assert session.execute(text("PRAGMA busy_timeout")).scalar() == 100
+
+
+def test_a_write_on_a_connection_whose_sqlite_handle_was_closed_goes_through_on_a_new_one(db, monkeypatch):
+    import fluksio.store.db as store_db
+
+    began_on: list = []
+    real_begin = store_db._begin_immediate
+
+    def begin(connection):
+        began_on.append(connection.connection.driver_connection)
+        return real_begin(connection)
+
+    monkeypatch.setattr(store_db, "_begin_immediate", begin)
+    new_run(db)
+    began_on[-1].close()  # underneath SQLAlchemy: the pool still holds it
+    run = new_run(db)  # SQLAlchemy sees the closed handle, drops it; the store's retry takes a new one
+    assert status_of(db, run.id) == "queued" and began_on[-1] is not began_on[0]

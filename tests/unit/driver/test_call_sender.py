@@ -1,0 +1,79 @@
+"""The driver's CallSender on Celery's in-process memory:// transport: the message Celery workers expect,
+each queue declared once per channel (and again when the first try to send failed)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from celery import Celery
+from kombu import Connection
+from kombu.messaging import Producer
+
+from fluksio.constants import CALL_TASK
+from fluksio.driver.task import CallSender
+
+
+@pytest.fixture
+def app() -> Celery:
+    app = Celery("sender-test", broker="memory://", set_as_current=False)
+    app.conf.update(task_serializer="json", accept_content=["json"], task_create_missing_queues=True)
+    return app
+
+
+@pytest.fixture
+def declared(monkeypatch) -> list[str]:
+    names: list[str] = []
+    original = Producer.maybe_declare
+
+    def spy(self: Producer, entity: Any, retry: bool = False, **retry_policy: Any) -> bool:
+        names.append(entity.name)
+        return original(self, entity, retry, **retry_policy)
+
+    monkeypatch.setattr(Producer, "maybe_declare", spy)
+    return names
+
+
+def call(n: int) -> dict[str, Any]:
+    return {"call_id": f"r.n{n}.1", "run_id": "r", "node": f"n{n}", "attempt": 1, "inputs": {}, "epoch": 0}
+
+
+def test_calls_go_out_as_celery_task_messages_and_each_queue_is_declared_once(app, declared) -> None:
+    sender = CallSender(app, drive_id="drive-1")
+    for n in range(3):
+        sender.send(call(n), "default@m1", f"flow.n{n}")
+    sender.send(call(3), "gpu@m1", "flow.n3")
+    assert declared == ["default@m1", "gpu@m1"]
+    with Connection("memory://") as connection:
+        queue = connection.SimpleQueue("default@m1")
+        messages = [queue.get(timeout=1) for _ in range(3)]
+        queue.close()
+    first = messages[0]
+    assert first.headers["task"] == CALL_TASK and first.headers["id"] == "r.n0.1"
+    assert first.headers["root_id"] == first.headers["parent_id"] == "drive-1"
+    assert first.headers["shadow"] == "flow.n0" and first.headers["origin"].startswith("gen")
+    assert first.content_type == "application/json"
+    args, kwargs, _embed = json.loads(first.body)
+    assert args == [] and kwargs == {"call": call(0)}
+    assert [m.headers["id"] for m in messages] == ["r.n0.1", "r.n1.1", "r.n2.1"]
+    sender.close()
+
+
+def test_a_queue_whose_first_send_failed_is_declared_again_with_the_next(app, declared, monkeypatch) -> None:
+    sender = CallSender(app)
+    real = app.amqp.send_task_message
+    failures = iter([ConnectionError("broker went away")])
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        for failure in failures:
+            raise failure
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(app.amqp, "send_task_message", flaky)
+    with pytest.raises(ConnectionError):
+        sender.send(call(0), "default@m2", "flow.n0")
+    sender.send(call(1), "default@m2", "flow.n1")
+    sender.send(call(2), "default@m2", "flow.n2")
+    assert declared == ["default@m2"]  # declared with the first message that went out, then not again
+    sender.close()

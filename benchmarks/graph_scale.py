@@ -6,8 +6,10 @@ Two shapes: a wide fan-out (every node ready at once) and a long chain (one read
 Each (shape, size) runs in a fresh child process, so memory figures do not mix:
 
 * driver: fluksio's real ``drive()`` — walk, placer, node rows in SQLite, events — with an
-  instant worker in place of Celery (``dispatch`` answers each call at once with its outputs),
-  so what is timed is the driver's own cost per node, nothing in the broker;
+  instant worker in place of Celery (every call sent is done, its grant given back and its outputs
+  reported, by the time the driver next waits on its inbox), so what is timed is the driver's own
+  cost per node, nothing in the broker; calls in flight stay within the machine's two slots, as
+  with a real worker;
 * memory: the driver's peak resident memory over the process's resident memory before the run
   (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``);
 * ``--end-to-end``: also the whole embedded path (``connect()``, real Celery workers), slower.
@@ -81,8 +83,17 @@ def child(shape: str, size: int, end_to_end: bool) -> dict[str, Any]:
             run, _ = submit_run(runtime.db, runtime.registry, runtime.artifacts, flow, engine="embedded",
                                 params={}, no_cache=True, embedded_machines=runtime.placer.machines())
 
+            # An instant worker with the machine's slots: a call sent is done by the time the driver next
+            # waits on its inbox; only then is its grant given back and its completion there. (Answering
+            # inside dispatch would free the slot at once, so the driver would send every node of a
+            # fan-out before taking one completion: 10,000 calls in flight, which no real worker allows.)
+            sent: list[dict[str, Any]] = []
+            take = runtime.inbox.pop
+
             def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
-                # An instant worker: give the grant back and report the node's outputs at once.
+                sent.append(call)
+
+            def answer(call: dict[str, Any]) -> None:
                 grant = Grant.model_validate(call["grant"])
                 runtime.placer.release(grant)
                 now = datetime.now(timezone.utc).isoformat()
@@ -92,6 +103,13 @@ def child(shape: str, size: int, end_to_end: bool) -> dict[str, Any]:
                     "status": "ok", "machine": grant.machine, "gpus": [], "started_at": now, "finished_at": now,
                     "outputs": {m: 0 for m in node.provides}, "artifacts": [], "logs": "",
                 })
+
+            def pop(run_id: str, timeout: float) -> dict[str, Any] | None:
+                while sent:
+                    answer(sent.pop(0))
+                return take(run_id, timeout)
+
+            runtime.inbox.pop = pop  # type: ignore[method-assign]
 
             rss_before = _status_kb("VmRSS")
             peak_reset = _reset_peak()

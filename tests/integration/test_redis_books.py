@@ -24,23 +24,14 @@ from tests.unit.placement import test_placer
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    started = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    try:
-        yield started
-    finally:
-        started.stop()
-
-
 @pytest.fixture
-def connect(server: RedisServer) -> Iterator:
+def connect(redis_server: RedisServer) -> Iterator:
     """Books on a fresh database; each call is another placer process with its own connection."""
-    redis.Redis.from_url(server.url).flushall()
+    redis.Redis.from_url(redis_server.url).flushall()
     made: list[RedisBooks] = []
 
     def books(heartbeat_ttl_s: float = 60, client: redis.Redis | None = None) -> RedisBooks:
-        made.append(RedisBooks(client or redis.Redis.from_url(server.url), heartbeat_ttl_s))
+        made.append(RedisBooks(client or redis.Redis.from_url(redis_server.url), heartbeat_ttl_s))
         return made[-1]
 
     yield books
@@ -104,11 +95,11 @@ class CountingConnection(redis.Connection):
         super().send_packed_command(command, check_health)
 
 
-def test_a_claim_is_one_round_trip_and_so_is_a_give_back(connect, server: RedisServer) -> None:
+def test_a_claim_is_one_round_trip_and_so_is_a_give_back(connect, redis_server: RedisServer) -> None:
     for_setup = connect()
     for i in range(100):
         for_setup.attach(machine(f"m{i:03d}", cpus=8, labels=("gpu",) if i % 2 else ()))
-    pool = redis.ConnectionPool(connection_class=CountingConnection, host="127.0.0.1", port=server.port)
+    pool = redis.ConnectionPool(connection_class=CountingConnection, host="127.0.0.1", port=redis_server.port)
     placer = Placer(connect(client=redis.Redis(connection_pool=pool)))
     for warm in ("any", "gpu"):  # the first claims read the inventories once
         placer.release(placer.try_claim(Request(f"warm-{warm}", Resources(cpus=1), None if warm == "any" else warm)))

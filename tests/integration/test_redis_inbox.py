@@ -13,18 +13,9 @@ from tests.integration.servers import RedisServer
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    started = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    try:
-        yield started
-    finally:
-        started.stop()
-
-
 @pytest.fixture
-def inbox(server: RedisServer) -> Iterator[RedisInbox]:
-    client = redis.Redis.from_url(server.url)
+def inbox(redis_server: RedisServer) -> Iterator[RedisInbox]:
+    client = redis.Redis.from_url(redis_server.url)
     client.flushall()
     yield RedisInbox(client)
     client.close()

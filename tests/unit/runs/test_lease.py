@@ -15,14 +15,6 @@ from fluksio.store.models import Run
 from fluksio.store.runs import claim, get_run, insert_run, utcnow
 
 
-@pytest.fixture
-def db(tmp_path):
-    database = Database(f"sqlite:///{tmp_path / 'runs.db'}")
-    database.upgrade()
-    yield database
-    database.dispose()
-
-
 def running_run_with_a_dead_driver(db: Database, flow: str = "train") -> str:
     run = Run(id=new_run_id(), flow=flow, params={}, params_digest="sha256:p", status=RunStatus.QUEUED.value,
               created_at=utcnow(), engine="embedded")

@@ -28,14 +28,6 @@ from fluksio.store.runs import (
 from fluksio.store.status import TRANSITIONS, allowed_from
 
 
-@pytest.fixture
-def db(tmp_path):
-    database = Database(f"sqlite:///{tmp_path / 'runs.db'}")
-    database.upgrade()
-    yield database
-    database.dispose()
-
-
 def new_run(db: Database, run_id: str | None = None, key: str | None = None, status: RunStatus = RunStatus.QUEUED,
             flow: str = "train") -> Run:
     run = Run(id=run_id or new_run_id(), flow=flow, params={"lr": 0.1}, params_digest="sha256:p",

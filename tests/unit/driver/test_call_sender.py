@@ -4,6 +4,7 @@ each queue declared once per channel (and again when the first try to send faile
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -40,13 +41,14 @@ def call(n: int) -> dict[str, Any]:
 
 
 def test_calls_go_out_as_celery_task_messages_and_each_queue_is_declared_once(app, declared) -> None:
+    machine = f"sender-{uuid.uuid4().hex[:8]}"  # memory:// queues live as long as the test process
     sender = CallSender(app, drive_id="drive-1")
     for n in range(3):
-        sender.send(call(n), "default@m1", f"flow.n{n}")
-    sender.send(call(3), "gpu@m1", "flow.n3")
-    assert declared == ["default@m1", "gpu@m1"]
+        sender.send(call(n), f"default@{machine}", f"flow.n{n}")
+    sender.send(call(3), f"gpu@{machine}", "flow.n3")
+    assert declared == [f"default@{machine}", f"gpu@{machine}"]
     with Connection("memory://") as connection:
-        queue = connection.SimpleQueue("default@m1")
+        queue = connection.SimpleQueue(f"default@{machine}")
         messages = [queue.get(timeout=1) for _ in range(3)]
         queue.close()
     first = messages[0]
@@ -62,6 +64,7 @@ def test_calls_go_out_as_celery_task_messages_and_each_queue_is_declared_once(ap
 
 def test_a_queue_whose_first_send_failed_is_declared_again_with_the_next(app, declared, monkeypatch) -> None:
     sender = CallSender(app)
+    queue = f"default@sender-{uuid.uuid4().hex[:8]}"
     real = app.amqp.send_task_message
     failures = iter([ConnectionError("broker went away")])
 
@@ -72,8 +75,8 @@ def test_a_queue_whose_first_send_failed_is_declared_again_with_the_next(app, de
 
     monkeypatch.setattr(app.amqp, "send_task_message", flaky)
     with pytest.raises(ConnectionError):
-        sender.send(call(0), "default@m2", "flow.n0")
-    sender.send(call(1), "default@m2", "flow.n1")
-    sender.send(call(2), "default@m2", "flow.n2")
-    assert declared == ["default@m2"]  # declared with the first message that went out, then not again
+        sender.send(call(0), queue, "flow.n0")
+    sender.send(call(1), queue, "flow.n1")
+    sender.send(call(2), queue, "flow.n2")
+    assert declared == [queue]  # declared with the first message that went out, then not again
     sender.close()

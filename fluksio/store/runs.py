@@ -126,7 +126,7 @@ def requeue_stale(db: Database, stale_after_s: float, flows: Collection[str],
         return [tuple(row) for row in session.execute(
             update(Run)
             .where(*_stale(now, stale_after_s, spare), Run.flow.in_(list(flows)), Run.cancel_requested.is_(False))
-            .values(**_resumed_automatically(now, _lease_lost(stale_after_s)))
+            .values(**_requeued(RunStatus.ABANDONED, f"resumed automatically: {_lease_lost(stale_after_s)}", now))
             .returning(Run.id, Run.flow)
         )]
 
@@ -143,14 +143,18 @@ def requeue_handed_over(db: Database, run_id: str, epoch: int, reason: str) -> b
             update(Run)
             .where(Run.id == run_id, Run.status == RunStatus.RUNNING.value, Run.cancel_requested.is_(False),
                    *_mine(epoch))
-            .values(**_resumed_automatically(utcnow(), reason))
+            .values(**_requeued(RunStatus.ABANDONED, f"resumed automatically: {reason}"))
         ).rowcount == 1
 
 
-def _resumed_automatically(now: datetime, reason: str) -> dict[str, Any]:
-    # lease_at: were the hand-over to a driver lost, the sweepers send it again once this is stale.
-    return dict(status=RunStatus.QUEUED.value, resumed_from=RunStatus.ABANDONED.value, resumed_at=now,
-                resume_count=Run.resume_count + 1, lease_at=now, status_reason=f"resumed automatically: {reason}")
+def _requeued(previous: RunStatus, reason: str, now: datetime | None = None) -> dict[str, Any]:
+    """The columns of a run sent back to ``queued`` by a resume (by hand or automatic) from ``previous``."""
+    now = now or utcnow()
+    # lease_at: the sweepers' lost-hand-over check counts from the resume, not from the old driver's last
+    # lease (which would make a freshly resumed run look long lost and send it to a driver twice).
+    return dict(status=RunStatus.QUEUED.value, resumed_from=previous.value, resumed_at=now,
+                resume_count=Run.resume_count + 1, lease_at=now, cancel_requested=False, finished_at=None,
+                result=None, duration_ms=None, status_reason=reason)
 
 
 def _stale(now: datetime, stale_after_s: float, spare: Collection[str]) -> list[Any]:
@@ -200,9 +204,7 @@ def resume(db: Database, run_id: str) -> RunStatus:
         moved = session.execute(
             update(Run)
             .where(Run.id == run.id, Run.status == previous.value)
-            .values(status=RunStatus.QUEUED.value, resumed_from=previous.value, resumed_at=utcnow(),
-                    resume_count=Run.resume_count + 1, cancel_requested=False, finished_at=None, result=None,
-                    duration_ms=None, status_reason=f"resumed from {previous.value}")
+            .values(**_requeued(previous, f"resumed from {previous.value}"))
         ).rowcount
     if not moved:
         raise RunRejected(f"run {run.id} changed status while being resumed; look at it again")

@@ -642,3 +642,15 @@ def test_a_write_on_a_connection_whose_sqlite_handle_was_closed_goes_through_on_
     began_on[-1].close()  # underneath SQLAlchemy: the pool still holds it
     run = new_run(db)  # SQLAlchemy sees the closed handle, drops it; the store's retry takes a new one
     assert status_of(db, run.id) == "queued" and began_on[-1] is not began_on[0]
+
+
+def test_a_run_resumed_by_hand_is_not_taken_for_a_lost_hand_over(db):
+    from fluksio.store.runs import abandon_stale, resume, stale_queued
+
+    run = new_run(db)
+    claim(db, run.id, None)
+    age_lease(db, run.id, 600)  # its driver died ten minutes ago
+    assert abandon_stale(db, 60) == [run.id]
+    resume(db, run.id)
+    # Its queue time counts from the resume: the sweepers do not send it to a driver a second time.
+    assert stale_queued(db, 60, ["train"]) == []

@@ -83,7 +83,7 @@ class Flow:
         caller = sys._getframe(1).f_globals
         self.module: str = caller.get("__name__", "__main__")
         self.source_file: str | None = caller.get("__file__")
-        #: The digest of the flow's source tree now, while its module runs: the code this process loaded,
+        #: The digest of the flow's file and what it imports, now, while its module runs: the code loaded,
         #: which a later edit of the files does not change (``None`` without a file; see flows/source.py).
         self.source_digest: str | None = snapshot(self.source_file)
         self._providers: dict[str, str] | None = None

@@ -73,15 +73,16 @@ def snapshot(source_file: str | None) -> str | None:
 def loaded_digest(flow: Flow) -> str:
     """The digest of the code this process loaded for the flow.
 
-    A flow defined in a file: its tree as it was when the flow was defined (its module ran), however
-    the files changed since. A flow defined without a file (a REPL, a notebook): its node functions as
-    they are in this process.
+    A flow defined in a file: its file and what it imports from its tree, as they were when the flow
+    was defined (its module ran), however the files changed since. A flow defined without a file (a
+    REPL, a notebook): its node functions as they are in this process.
     """
     return flow.source_digest or code_digest(flow)
 
 
 def code_digest(flow: Flow) -> str:
-    """sha256 over the flow's source tree on disk now; falls back to the node functions' source.
+    """sha256 over the flow's file and what it imports from its tree, on disk now; without a file, over
+    the node functions' source.
 
     Not necessarily the code this process runs: see :func:`loaded_digest`.
     """

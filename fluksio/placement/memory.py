@@ -141,4 +141,3 @@ class MemoryBooks(Books):
             callbacks = list(self._callbacks)
         for callback in callbacks:  # outside the lock: a callback may come straight back in
             callback()
-

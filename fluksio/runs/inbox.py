@@ -143,10 +143,10 @@ return items
     def pop(self, run_id: str, timeout: float) -> dict[str, Any] | None:
         key, taken = self._keys(run_id)
         if timeout <= 0:
-            raw = self._needs_62(lambda: self.redis.lmove(key, taken, "LEFT", "RIGHT"))
+            raw = self._needs_62(self.redis.lmove, key, taken, "LEFT", "RIGHT")
         else:
             # BLMOVE's timeout is in seconds and takes fractions. 0 would mean "forever".
-            raw = self._needs_62(lambda: self.redis.blmove(key, taken, max(timeout, 0.001), "LEFT", "RIGHT"))
+            raw = self._needs_62(self.redis.blmove, key, taken, max(timeout, 0.001), "LEFT", "RIGHT")
         if raw is None:
             return None
         if run_id not in self._expiring:
@@ -181,11 +181,12 @@ return items
         self.leave(run_id)
         self.redis.delete(*self._keys(run_id))
 
-    def _needs_62(self, command: Any) -> Any:
+    def _needs_62(self, command: Any, *args: Any) -> Any:
+        """``command(*args)``, saying which Redis version is needed when the server does not know it."""
         from redis import ResponseError  # here: the embedded default never loads redis-py
 
         try:
-            return command()
+            return command(*args)
         except ResponseError as exc:
             if "unknown command" not in str(exc).lower():
                 raise

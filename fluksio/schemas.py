@@ -98,6 +98,12 @@ class NodeRecord(BaseModel):
     logs: str | None = None
     cached_from: str | None = None
     attempt: int = 1
+    #: A mapped node's element: its 0-based position in the product (``None``: the node is not mapped).
+    index: int | None = None
+    #: The child run a subflow node's call is.
+    child_run: str | None = None
+    #: What this attempt was granted (an out-of-memory retry shows the larger ask).
+    granted: Resources | None = None
 
 
 class RunRecord(BaseModel):
@@ -117,4 +123,12 @@ class RunRecord(BaseModel):
     #: How often the run was resumed, and the status it was last resumed from.
     resume_count: int = 0
     resumed_from: RunStatus | None = None
+    #: Waiting calls are granted highest priority first, then oldest.
+    priority: int = 0
+    #: A subflow's child run: its parent run and the parent's call (``trial[2]``).
+    parent_id: str | None = None
+    parent_node: str | None = None
+    #: The schedule whose tick submitted the run, and that tick's time.
+    schedule: str | None = None
+    schedule_tick: datetime | None = None
     nodes: list[NodeRecord] = Field(default_factory=list)

@@ -82,6 +82,14 @@ class Run(Base):
     resume_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     resumed_from: Mapped[str | None] = mapped_column(String(16))
     resumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    #: Waiting calls are granted highest priority first, then oldest, across the installation.
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: A subflow's child run: the run whose node called it, and which call (``trial[2]``).
+    parent_id: Mapped[str | None] = mapped_column(String(26), index=True)
+    parent_node: Mapped[str | None] = mapped_column(String(220))
+    #: The schedule whose tick submitted the run, and that tick's time.
+    schedule: Mapped[str | None] = mapped_column(String(200), index=True)
+    schedule_tick: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (Index("ix_runs_status_lease", "status", "lease_at"),)
 
@@ -92,10 +100,17 @@ class RunNode(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     node: Mapped[str] = mapped_column(String(200))
+    #: A mapped node's element (0-based position in the product); -1 for a node that is not mapped.
+    #: Not NULL: the unique key below must tell two attempts of an unmapped node apart, and NULLs never clash.
+    element: Mapped[int] = mapped_column(Integer, default=-1, server_default="-1")
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     status: Mapped[str] = mapped_column(String(16))
     machine: Mapped[str | None] = mapped_column(String(200))
     gpus: Mapped[list[int]] = mapped_column(JSONValue, default=list)
+    #: What this attempt was granted (cpus, gpus, ram_mb): an escalated retry shows its larger ask.
+    granted: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
+    #: The child run a subflow node's call is.
+    child_run: Mapped[str | None] = mapped_column(String(26))
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     duration_ms: Mapped[int | None] = mapped_column(BigInteger)
@@ -106,7 +121,7 @@ class RunNode(Base):
     #: The run whose row this one's outputs were restored from (always the original, never a copy).
     cached_from: Mapped[str | None] = mapped_column(String(26))
 
-    __table_args__ = (UniqueConstraint("run_id", "node", "attempt", name="uq_run_nodes_attempt"),)
+    __table_args__ = (UniqueConstraint("run_id", "node", "element", "attempt", name="uq_run_nodes_attempt"),)
 
 
 class RunMetric(Base):
@@ -125,8 +140,12 @@ class RunArtifact(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     node: Mapped[str] = mapped_column(String(200))
+    #: The mapped element that made it (-1: the node is not mapped), as in ``RunNode.element``.
+    element: Mapped[int] = mapped_column(Integer, default=-1, server_default="-1")
     message: Mapped[str] = mapped_column(String(200))
     digest: Mapped[str] = mapped_column(String(80), index=True)
     size: Mapped[int] = mapped_column(BigInteger)
     media_type: Mapped[str] = mapped_column(String(200))
     name: Mapped[str | None] = mapped_column(String(500))
+    #: The codec that encoded a typed value into these bytes (``numpy``, ``pandas`` …); ``None``: an Artifact.
+    codec: Mapped[str | None] = mapped_column(String(64))

@@ -28,8 +28,12 @@ class NodeRow:
     node: str
     status: str
     attempt: int = 1
+    #: A mapped node's element, -1 for a node that is not mapped (see ``RunNode.element``).
+    element: int = -1
     machine: str | None = None
     gpus: list[int] = field(default_factory=list)
+    granted: dict[str, Any] | None = None
+    child_run: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
     duration_ms: int | None = None
@@ -51,6 +55,8 @@ class ArtifactRow:
     size: int
     media_type: str
     name: str | None = None
+    codec: str | None = None
+    element: int = -1
 
 
 @retried
@@ -72,7 +78,7 @@ def record_nodes(db: Database, rows: Sequence[NodeRow | RunNode],
             # RETURNING names the rows inserted, not those already there: their nodes' artifacts are too.
             written = {tuple(r) for r in connection.execute(_insert_nodes(db.is_sqlite),
                                                              [node_values(row) for row in rows])}
-        made = [a for a in artifacts if (a.run_id, a.node) in written or not rows]
+        made = [a for a in artifacts if (a.run_id, a.node, _element(a)) in written or not rows]
         if made:
             connection.execute(insert(RunArtifact), [artifact_values(a) for a in made])
 
@@ -81,6 +87,7 @@ def node_values(row: NodeRow | RunNode) -> dict[str, Any]:
     """The row's columns, its id aside (the database numbers rows), with the model's defaults filled in."""
     return {
         "run_id": row.run_id, "node": row.node, "attempt": row.attempt or 1, "status": row.status,
+        "element": _element(row), "granted": row.granted, "child_run": row.child_run,
         "machine": row.machine, "gpus": row.gpus or [], "started_at": row.started_at,
         "finished_at": row.finished_at, "duration_ms": row.duration_ms, "error": row.error, "logs": row.logs,
         "cache_key": row.cache_key, "outputs": row.outputs, "cached_from": row.cached_from,
@@ -90,15 +97,21 @@ def node_values(row: NodeRow | RunNode) -> dict[str, Any]:
 def artifact_values(artifact: ArtifactRow | RunArtifact) -> dict[str, Any]:
     return {
         "run_id": artifact.run_id, "node": artifact.node, "message": artifact.message, "digest": artifact.digest,
-        "size": artifact.size, "media_type": artifact.media_type, "name": artifact.name,
+        "size": artifact.size, "media_type": artifact.media_type, "name": artifact.name, "codec": artifact.codec,
+        "element": _element(artifact),
     }
+
+
+def _element(row: NodeRow | RunNode | ArtifactRow | RunArtifact) -> int:
+    """The row's element, -1 (not mapped) for an ORM row made without one (its default applies only on flush)."""
+    return -1 if row.element is None else row.element
 
 
 @functools.cache
 def _insert_nodes(sqlite: bool) -> Any:
     statement = (sqlite_insert if sqlite else pg_insert)(RunNode)
-    return (statement.on_conflict_do_nothing(index_elements=["run_id", "node", "attempt"])
-            .returning(RunNode.run_id, RunNode.node))
+    return (statement.on_conflict_do_nothing(index_elements=["run_id", "node", "element", "attempt"])
+            .returning(RunNode.run_id, RunNode.node, RunNode.element))
 
 
 @retried

@@ -10,7 +10,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from fluksio.errors import RunNotFound, RunRejected
-from fluksio.schemas import NodeRecord, NodeStatus, RunRecord, RunStatus
+from fluksio.schemas import NodeRecord, NodeStatus, Resources, RunRecord, RunStatus
 from fluksio.store.db import Database, retried
 from fluksio.store.models import Run, RunNode
 from fluksio.store.status import RESUMABLE, allowed_from
@@ -294,11 +294,15 @@ def to_record(run: Run, nodes: list[RunNode]) -> RunRecord:
         code_digest=run.code_digest, created_at=run.created_at, started_at=run.started_at,
         finished_at=run.finished_at, duration_ms=run.duration_ms, resume_count=run.resume_count or 0,
         resumed_from=RunStatus(run.resumed_from) if run.resumed_from else None,
+        priority=run.priority or 0, parent_id=run.parent_id, parent_node=run.parent_node,
+        schedule=run.schedule, schedule_tick=run.schedule_tick,
         nodes=[
             NodeRecord(
                 node=n.node, status=NodeStatus(n.status), machine=n.machine, gpus=list(n.gpus or []),
                 started_at=n.started_at, finished_at=n.finished_at, duration_ms=n.duration_ms, error=n.error,
                 logs=n.logs, cached_from=n.cached_from, attempt=n.attempt,
+                index=None if n.element is None or n.element < 0 else n.element, child_run=n.child_run,
+                granted=Resources(**n.granted) if n.granted else None,
             )
             for n in nodes
         ],

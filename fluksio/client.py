@@ -19,7 +19,7 @@ from fluksio.flows.flow import Flow
 from fluksio.runs.inbox import CANCEL
 from fluksio.runs.metrics import series_of
 from fluksio.runs.runtime import Runtime
-from fluksio.runs.submit import submit_run, validate_params
+from fluksio.runs.submit import check_priority, submit_run, validate_params
 from fluksio.schemas import RunRecord, RunStatus
 from fluksio.settings import Settings, load_settings, redact_url, require_redis_broker
 from fluksio.store import runs as run_rows
@@ -105,13 +105,17 @@ class Client:
         group: str | None = None,
         no_cache: bool = False,
         idempotency_key: str | None = None,
+        priority: int = 0,
     ) -> RunHandle:
-        """Validate and journal a run, then hand it to a driver. Bad input raises :class:`RunRejected`."""
+        """Validate and journal a run, then hand it to a driver. Bad input raises :class:`RunRejected`.
+
+        ``priority``: the run's waiting calls are granted before those of lower priorities (then oldest first).
+        """
         self._check_open()
         run, created = submit_run(
             self.runtime.db, self.runtime.registry, self.runtime.artifacts, flow, engine=self.settings.engine,
             params=params, seed=seed,
-            group=group, no_cache=no_cache, idempotency_key=idempotency_key,
+            group=group, no_cache=no_cache, idempotency_key=idempotency_key, priority=priority,
             embedded_machines=self.runtime.placer.machines() if self.settings.embedded else None,
         )
         if created or run.status == RunStatus.QUEUED.value:
@@ -152,6 +156,7 @@ class Client:
         seeds: Sequence[int] | None = None,
         params: Mapping[str, Any] | None = None,
         no_cache: bool = False,
+        priority: int = 0,
     ) -> Sweep:
         """One run per point of the cartesian product of ``grid`` (and ``seeds``), all in one group."""
         if not isinstance(grid, Mapping) or not grid:
@@ -159,6 +164,7 @@ class Client:
         for name, values in grid.items():
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
                 raise RunRejected(f"grid[{name!r}] must be a non-empty list of values")
+        check_priority(priority)
         resolved = self.runtime.registry.resolve(flow)
         names = list(grid)
         points = [(dict(zip(names, combo)), seed)
@@ -167,7 +173,8 @@ class Client:
         for point, seed in points:  # every point is checked before any run is journaled
             validate_params(resolved, {**(params or {}), **point}, seed)
         group_id = "g" + new_run_id()
-        handles = [self.submit(resolved, {**(params or {}), **point}, seed=seed, group=group_id, no_cache=no_cache)
+        handles = [self.submit(resolved, {**(params or {}), **point}, seed=seed, group=group_id, no_cache=no_cache,
+                               priority=priority)
                    for point, seed in points]
         return Sweep(group_id, handles)
 

@@ -86,7 +86,7 @@ def _finish(client: Client, run_id: str, as_json: bool) -> None:
 
 
 def _run(flow_ref: str, params: tuple[str, ...], seed: int | None, group: str | None, no_cache: bool,
-         detach: bool, timeout: float | None, as_json: bool) -> None:
+         detach: bool, timeout: float | None, as_json: bool, priority: int = 0) -> None:
     with _client() as client:
         if detach and client.settings.embedded:
             raise click.UsageError("--detach needs a shared broker (FLUKSIO_BROKER_URL); the embedded default "
@@ -98,7 +98,7 @@ def _run(flow_ref: str, params: tuple[str, ...], seed: int | None, group: str | 
         activity = render.RunActivity() if watching else None
         unsubscribe = client.runtime.events.subscribe(activity.observe) if activity else (lambda: None)
         try:
-            handle = client.submit(flow, values, seed=seed, group=group, no_cache=no_cache)
+            handle = client.submit(flow, values, seed=seed, group=group, no_cache=no_cache, priority=priority)
             if detach:
                 click.echo(handle.id)
                 return
@@ -131,13 +131,15 @@ def _run(flow_ref: str, params: tuple[str, ...], seed: int | None, group: str | 
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
               help="Stop waiting after this many seconds (exit 124; an embedded run is left abandoned).")
 @click.option("--json", "as_json", is_flag=True, help="Print the finished run as JSON.")
+@click.option("--priority", type=int, default=0, show_default=True,
+              help="Waiting calls of higher-priority runs are granted first.")
 def run(flow: str, params: tuple[str, ...], seed: int | None, group: str | None, no_cache: bool, detach: bool,
-        timeout: float | None, as_json: bool) -> None:
+        timeout: float | None, as_json: bool, priority: int) -> None:
     """Run FLOW (path/file.py:attr, package.module:attr or a registered name) and wait for it.
 
     Exits 0 only when the run ends ok.
     """
-    _run(flow, params, seed, group, no_cache, detach, timeout, as_json)
+    _run(flow, params, seed, group, no_cache, detach, timeout, as_json, priority)
 
 
 @cli.command()
@@ -158,12 +160,15 @@ def demo(params: tuple[str, ...], seed: int) -> None:
 @click.option("--seeds", help="Seeds, comma-separated; each grid point runs once per seed.")
 @click.option("-p", "--param", "params", multiple=True, metavar="NAME=VALUE", help="A fixed input value.")
 @click.option("--no-cache", is_flag=True)
-def sweep(flow: str, grid: tuple[str, ...], seeds: str | None, params: tuple[str, ...], no_cache: bool) -> None:
+@click.option("--priority", type=int, default=0, show_default=True,
+              help="Waiting calls of higher-priority runs are granted first.")
+def sweep(flow: str, grid: tuple[str, ...], seeds: str | None, params: tuple[str, ...], no_cache: bool,
+          priority: int) -> None:
     """Run FLOW once per combination of grid values (and seeds), as one group."""
     with _client() as client:
         resolved = client.runtime.registry.resolve(flow)
         fixed = parse_params(params, string_inputs(resolved.inputs))
-        result = client.sweep(resolved, parse_grid(grid), parse_seeds(seeds), fixed, no_cache)
+        result = client.sweep(resolved, parse_grid(grid), parse_seeds(seeds), fixed, no_cache, priority)
         render.console(stderr=True).print(f"group [bold]{result.group_id}[/bold]: {len(result.runs)} run(s)")
         records = result.wait()
         latest = {r.id: {n: v for n, (_s, v) in latest_of(client.runtime.db, r.id).items()} for r in records}

@@ -30,6 +30,8 @@ from fluksio.store.runs import find_by_idempotency_key, insert_run, utcnow
 
 #: The input that ``seed=`` fills.
 SEED_INPUT = "seed"
+#: Priorities are stored as 32-bit integers.
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 
 
 def params_digest(params: Mapping[str, Any], seed: int | None) -> str:
@@ -97,6 +99,15 @@ def validate_params(flow: Flow, params: Any, seed: int | None,
     return checked
 
 
+def check_priority(priority: Any) -> int:
+    """A run's priority: a whole number (higher is granted first), or :class:`RunRejected`."""
+    low, high = PRIORITY_RANGE
+    if not isinstance(priority, int) or isinstance(priority, bool) or not low <= priority <= high:
+        raise RunRejected(f"priority must be a whole number from {low} to {high} (higher runs first), "
+                          f"got {priority!r}")
+    return priority
+
+
 def check_placeable(flow: Flow, machines: list[Inventory]) -> None:
     """In the embedded default no other machine can ever attach: refuse labels nobody carries now."""
     for node in flow.nodes.values():
@@ -136,6 +147,7 @@ def submit_run(
     no_cache: bool = False,
     idempotency_key: str | None = None,
     embedded_machines: list[Inventory] | None = None,
+    priority: int = 0,
 ) -> tuple[Run, bool]:
     """Journal a run. Returns the row and whether it is new (``False``: an idempotent retry)."""
     if idempotency_key is not None:
@@ -146,6 +158,7 @@ def submit_run(
             return existing, False
     if group is not None and (not isinstance(group, str) or not 0 < len(group) <= 64):
         raise RunRejected("group must be a non-empty string of at most 64 characters")
+    check_priority(priority)
     flow = registry.resolve(flow_or_name)
     values = validate_params(flow, params, seed,
                              resolve=lambda name, value: resolve_reference(db, artifacts, name, value))
@@ -155,6 +168,6 @@ def submit_run(
         id=new_run_id(), flow=flow.name, flow_ref=flow_reference(flow), flow_version=flow.version,
         params=values, params_digest=params_digest(values, seed), seed=seed, group_id=group,
         status=RunStatus.QUEUED.value, created_at=utcnow(), engine=engine, idempotency_key=idempotency_key,
-        no_cache=bool(no_cache), cancel_requested=False,
+        no_cache=bool(no_cache), cancel_requested=False, priority=priority,
     )
     return insert_run(db, run)

@@ -261,6 +261,17 @@ def test_seed_fills_the_seed_input_unless_a_parameter_gives_it(client: Client) -
     assert len({get_run(client.runtime.db, run_id).params_digest for run_id in digests}) == 3
 
 
+def test_priority_is_stored_on_the_run_and_a_bad_one_is_refused(client: Client) -> None:
+    flow = counted_flow([], name="prioritised")
+    record = client.submit(flow, {"x": 1}, priority=7).wait(timeout=30)
+    assert (record.status, record.priority) == (RunStatus.OK, 7)
+    swept = client.sweep(flow, {"x": [2, 3]}, priority=-2).wait(timeout=30)
+    assert [r.priority for r in swept] == [-2, -2]
+    for bad in (True, 1.5, "high", 2**31):
+        with pytest.raises(RunRejected, match="priority must be a whole number"):
+            client.submit(flow, {"x": 1}, priority=bad)  # type: ignore[arg-type]
+
+
 def test_idempotent_submits_racing_in_threads_make_one_run(client: Client) -> None:
     flow = counted_flow([])
     barrier = threading.Barrier(8)

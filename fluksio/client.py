@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from celery import Celery
 
-from fluksio.errors import BrokerUnavailable, RunRejected
+from fluksio.errors import BrokerUnavailable, ClientClosed, RunRejected
 from fluksio.flows.flow import Flow
 from fluksio.runs.inbox import CANCEL
 from fluksio.runs.metrics import series_of
@@ -78,6 +78,13 @@ class Sweep:
 
 
 class Client:
+    """A connection to one installation: its runtime (store, books, inbox, events) and Celery app.
+
+    Made by :func:`connect`, which fails within seconds, in one line, when the broker or the run
+    store cannot be reached at start. Embedded, it also runs the in-process workers and sweeper,
+    which :meth:`close` stops; a closed client refuses every call with :class:`ClientClosed`.
+    """
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._workers: EmbeddedWorkers | None = None
@@ -87,7 +94,10 @@ class Client:
             self.app: Celery = self._workers.app
             self._sweeper = start_sweeper(self.app, self.runtime)
         else:
+            from fluksio.runs.broker import check_broker  # the embedded default never loads redis-py
+
             require_redis_broker(settings)
+            check_broker(settings)  # at once, not after FLUKSIO_BROKER_OUTAGE_S of retries
             self.runtime = Runtime.distributed(settings)
             self.app = create_app(settings, self.runtime)
         self._closed = False
@@ -217,7 +227,7 @@ class Client:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("this fluksio client is closed; call fluksio.connect() again")
+            raise ClientClosed("this fluksio client is closed; call fluksio.connect() again")
 
     def close(self) -> None:
         """Stop the embedded workers (if any) and release the run store."""
@@ -243,7 +253,11 @@ class Client:
 
 
 def connect(settings: Settings | None = None, **overrides: Any) -> Client:
-    """A client for the configured installation; embedded (in this process) unless a broker is set."""
+    """A client for the configured installation; embedded (in this process) unless a broker is set.
+
+    A broker or run store that cannot be reached now raises a :class:`~fluksio.errors.FluksioError`
+    within a few seconds, naming the URL (password hidden), what failed and what to check.
+    """
     return Client(settings or load_settings(**overrides))
 
 

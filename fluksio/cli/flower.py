@@ -14,7 +14,7 @@ import click
 from rich.text import Text
 
 from fluksio.cli import render
-from fluksio.settings import load_settings, redact_url
+from fluksio.settings import load_settings, redact_url, require_redis_broker
 
 #: Exit code when Flower cannot be started as asked.
 EXIT_BAD_INPUT = 2
@@ -44,6 +44,10 @@ def flower(port: int, address: str, basic_auth: tuple[str, ...], url_prefix: str
     from fluksio.worker.flower import flower_app, prepare_flower
 
     app = flower_app(settings)
+    from fluksio.runs.broker import check_broker
+
+    require_redis_broker(settings)
+    check_broker(settings)  # an unreachable broker is said now, in one line, not by an empty dashboard
     if not basic_auth and not _is_loopback(address):
         render.console(stderr=True).print(Text.assemble(
             ("warning:", "yellow"), f" Flower on {address} without --basic-auth lets anyone who reaches port "

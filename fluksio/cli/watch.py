@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from fluksio.cli import render
-from fluksio.client import Client, connect
+from fluksio.cli.connection import open_client
+from fluksio.client import Client
 from fluksio.errors import ConfigError
 from fluksio.runs.events import EventStream, RedisEvents
 from fluksio.schemas import RunRecord, RunStatus
@@ -37,7 +38,7 @@ def watch(run_id: str | None, timeout: float | None, as_json: bool) -> None:
             "fluksio watch follows the events of a shared broker, and none is configured: in the embedded "
             "default a run's events are only visible inside the process running it (`fluksio run` shows them "
             "live). Set FLUKSIO_BROKER_URL to the installation's Redis to watch runs from another terminal")
-    with connect(settings) as client:
+    with open_client(settings) as client:
         events = client.runtime.events
         assert isinstance(events, RedisEvents)
         with events.stream() as stream:  # subscribed before the run's row is read: nothing falls between

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fluksio.constants import EVENTS_CHANNEL
+from fluksio.errors import EventsUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +136,11 @@ class EventStream:
             message = self._pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
             if message is not None and message.get("type") == "subscribe":
                 return
-        raise TimeoutError(f"Redis did not confirm the subscription to {EVENTS_CHANNEL} "
-                           f"within {SUBSCRIBE_TIMEOUT_S:g} s")
+        where = getattr(getattr(self._pubsub, "connection_pool", None), "connection_kwargs", {})
+        raise EventsUnavailable(
+            f"the broker at {where.get('host', '?')}:{where.get('port', '?')} did not confirm the subscription to "
+            f"{EVENTS_CHANNEL} within {SUBSCRIBE_TIMEOUT_S:g} s: is it overloaded, or not a Redis server? "
+            "`redis-cli -u URL ping` should answer PONG at once")
 
     def next(self, timeout_s: float) -> dict[str, Any] | None:
         """The next event, or ``None`` when none came within ``timeout_s`` seconds."""

@@ -7,20 +7,22 @@ import os
 import socket
 import threading
 from dataclasses import dataclass, field
-
-from sqlalchemy.exc import DBAPIError
+from typing import TYPE_CHECKING
 
 from fluksio.artifacts.local import LocalArtifactStore
 from fluksio.artifacts.store import ArtifactStore
-from fluksio.errors import ConfigError
 from fluksio.flows.registry import FlowRegistry
 from fluksio.placement.placer import Placer
 from fluksio.provisioners.base import Provisioner
+from fluksio.runs.contact import open_store
 from fluksio.runs.events import Events, MemoryEvents, RedisEvents
 from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
 from fluksio.schemas import Inventory
-from fluksio.settings import Settings, redact_url
+from fluksio.settings import Settings
 from fluksio.store.db import Database
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +39,7 @@ class Runtime:
     #: The machine this process's node worker is, if it runs one.
     machine: str = field(default_factory=socket.gethostname)
     #: The Redis client of the distributed mode (``None`` when embedded).
-    redis: object | None = None
+    redis: Redis | None = None
     #: Runs this process is driving now (its sweeper spares them: they are alive).
     driving: set[str] = field(default_factory=set)
     #: Set when this process shuts down: drivers hand their runs over instead of holding the exit up.
@@ -48,7 +50,7 @@ class Runtime:
     @classmethod
     def embedded(cls, settings: Settings) -> Runtime:
         """Everything in this process: the run store, local artifacts, in-memory books and inboxes."""
-        db = _database(settings)
+        db = open_store(settings)
         machine = settings.machine_name or socket.gethostname()
         runtime = cls(settings=settings, db=db, artifacts=LocalArtifactStore(settings.artifacts_dir),
                       registry=_registry(settings), placer=Placer(), inbox=MemoryInbox(),
@@ -58,34 +60,19 @@ class Runtime:
 
     @classmethod
     def distributed(cls, settings: Settings, machine: str | None = None) -> Runtime:
-        """Books, inboxes and events in the broker's Redis; shared by every host."""
-        import redis
-        from redis.backoff import ExponentialBackoff
-        from redis.exceptions import AuthenticationError
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import TimeoutError as RedisTimeoutError
-        from redis.retry import Retry
+        """Books, inboxes and events in the broker's Redis; shared by every host.
 
+        Opens no connection to the broker itself (callers check first contact: ``connect()`` with
+        :func:`~fluksio.runs.broker.check_broker`, a worker with :func:`~fluksio.runs.broker.wait_for_broker`).
+        """
         from fluksio.placement.redis import RedisBooks
+        from fluksio.runs.broker import broker_client
 
-        class OutageRetry(Retry):
-            """Retry through an outage (a restart, say) for about broker_outage_s — but never a refused login."""
-
-            def call_with_retry(self, do, fail, is_retryable=None, with_failure_count=False):  # type: ignore[no-untyped-def]
-                def retryable(error: Exception) -> bool:
-                    return not isinstance(error, AuthenticationError) and (is_retryable is None or is_retryable(error))
-
-                return super().call_with_retry(do, fail, retryable, with_failure_count)
-
-        retry = OutageRetry(ExponentialBackoff(cap=1.0, base=0.05), retries=int(settings.broker_outage_s) + 5)
-        client = redis.Redis.from_url(
-            settings.broker_url, socket_keepalive=True, socket_connect_timeout=5, health_check_interval=30,
-            retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError],
-        )
+        client = broker_client(settings)
         books = RedisBooks(client, settings.heartbeat_ttl_s)
         provisioner = _provisioner(settings, client)
         placer = Placer(books, provisioner_shapes=provisioner.shapes() if provisioner else ())
-        return cls(settings=settings, db=_database(settings), artifacts=LocalArtifactStore(settings.artifacts_dir),
+        return cls(settings=settings, db=open_store(settings), artifacts=LocalArtifactStore(settings.artifacts_dir),
                    registry=_registry(settings), placer=placer, inbox=RedisInbox(client),
                    events=RedisEvents(client),
                    machine=machine or settings.machine_name or socket.gethostname(), redis=client,
@@ -112,7 +99,7 @@ class Runtime:
         self.db.dispose()
 
 
-def _provisioner(settings: Settings, client: object) -> Provisioner | None:
+def _provisioner(settings: Settings, client: Redis) -> Provisioner | None:
     from fluksio.constants import HEARTBEAT_KEY
     from fluksio.provisioners import create_provisioner, load_profiles, profiles_path
     from fluksio.provisioners.redis_store import RedisRequestStore
@@ -122,20 +109,6 @@ def _provisioner(settings: Settings, client: object) -> Provisioner | None:
         return None
     return create_provisioner(load_profiles(path), settings, RedisRequestStore(client),
                               is_attached=lambda name: bool(client.exists(HEARTBEAT_KEY + name)))
-
-
-def _database(settings: Settings) -> Database:
-    db = Database(settings.database_url, outage_s=settings.db_outage_s)
-    try:
-        db.upgrade()
-    except ModuleNotFoundError as exc:
-        raise ConfigError(f"FLUKSIO_DATABASE_URL={redact_url(settings.database_url)} needs the Python package "
-                          f"{exc.name!r} (for PostgreSQL: pip install 'fluksio[postgres]')") from None
-    except DBAPIError as exc:
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
-        raise ConfigError(f"cannot open the run store FLUKSIO_DATABASE_URL={redact_url(settings.database_url)}: "
-                          f"{reason}") from None
-    return db
 
 
 def _registry(settings: Settings) -> FlowRegistry:

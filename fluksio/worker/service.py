@@ -20,6 +20,7 @@ from fluksio.errors import ConfigError
 from fluksio.execution.isolated import die_with_parent
 from fluksio.placement.redis import RedisBooks
 from fluksio.provisioners import Poller
+from fluksio.runs.broker import wait_for_broker
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import Inventory
 from fluksio.settings import Settings, require_redis_broker
@@ -50,7 +51,8 @@ def _fresh_connections_after_fork(runtime: Runtime) -> None:
 def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool, loglevel: str,
                     idle_timeout_s: float | None = None) -> None:
     require_distributed(settings)
-    runtime = Runtime.distributed(settings, machine=inventory.name)
+    runtime = Runtime.distributed(settings, machine=inventory.name)  # a run store it cannot open ends it here
+    wait_for_broker(settings)  # a broker not up yet is said at once, then waited for (as Celery does)
     books = runtime.placer.books
     assert isinstance(books, RedisBooks)
     app = create_app(settings, runtime)
@@ -96,6 +98,7 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
 def run_driver_worker(settings: Settings, name: str, loglevel: str) -> None:
     require_distributed(settings)
     runtime = Runtime.distributed(settings, machine=name)
+    wait_for_broker(settings)
     app = create_app(settings, runtime)
     sweeper = start_sweeper(app, runtime)
     poller = start_poller(runtime)
@@ -128,8 +131,13 @@ def start_poller(runtime: Runtime) -> Poller | None:
     if runtime.provisioner is None:
         return None
     redis_client = runtime.redis
+    assert redis_client is not None  # a provisioner exists only in the distributed mode
+
+    def wake_drivers(_requests: object) -> None:
+        redis_client.publish(CHANGES_CHANNEL, "provision")
+
     return Poller(runtime.provisioner, interval_s=min(2.0, runtime.settings.heartbeat_interval_s * 2),
-                  on_change=lambda _request: redis_client.publish(CHANGES_CHANNEL, "provision")).start()
+                  on_change=wake_drivers).start()
 
 
 def _spawn_driver_process(name: str, loglevel: str) -> subprocess.Popen[bytes]:

@@ -29,8 +29,9 @@ CREATED = "%m-%d %H:%M:%S"
 COLUMN_GAP = 3
 #: Params narrower than this make ``fluksio runs`` shorten ids; narrower than ``PARAMS_LEAST``, they are left out.
 PARAMS_ROOMY, PARAMS_LEAST = 30, 8
-#: Longest flow name ``fluksio runs`` shows when it shortens ids, and when it does not, in columns.
-FLOW_NARROW, FLOW_WIDE = 20, 60
+#: Longest flow name ``fluksio runs`` shows when it shortens ids, and when it does not; the least it cuts
+#: one to, in columns.
+FLOW_NARROW, FLOW_WIDE, FLOW_LEAST = 20, 60, 10
 EVENT_STYLE = {
     "run_queued": "blue", "run_started": "bold", "node_queued": "blue", "node_started": "yellow",
     "node_finished": "green", "run_finished": "bold",
@@ -65,8 +66,9 @@ def runs_table(records: list[RunRecord], metrics: dict[str, dict[str, float]] | 
     The id, flow, status, created time and duration stay readable at any width from 80 up: when
     whole ids would leave the params less than :data:`PARAMS_ROOMY` columns, each id is shortened to
     the shortest prefix that tells the listed runs apart (any unique prefix works with ``fluksio
-    show``) and flow names to :data:`FLOW_NARROW`. The params get what is left, elided with ``…``
-    (or no column, under :data:`PARAMS_LEAST`); a sweep's metrics (``metrics``) come before them.
+    show``) and flow names to :data:`FLOW_NARROW` (or less, down to :data:`FLOW_LEAST`, to leave
+    the params some room). The params get what is left, elided with ``…`` (or no column, under
+    :data:`PARAMS_LEAST`); a sweep's seeds and metrics (``metrics``) come before them.
     """
     metric_names = sorted({n for m in (metrics or {}).values() for n in m})
     seeded = any(r.seed is not None for r in records)
@@ -84,7 +86,13 @@ def runs_table(records: list[RunRecord], metrics: dict[str, dict[str, float]] | 
     rows = [cells(r, r.id, FLOW_WIDE) for r in records]
     if width - _row_width(headers, rows) - COLUMN_GAP < PARAMS_ROOMY:
         ids = short_ids([r.id for r in records])
-        rows = [cells(r, ids[r.id], FLOW_NARROW) for r in records]
+        rows = [cells(r, ids[r.id], FLOW_WIDE) for r in records]
+        # The flow name gives way before anything else whole does (down to FLOW_LEAST), so that the params
+        # keep PARAMS_LEAST if they can.
+        others = _row_width([h for i, h in enumerate(headers) if i != 1], [r[:1] + r[2:] for r in rows])
+        names = max([cell_len(row[1]) for row in rows], default=0)
+        flow_width = max(FLOW_LEAST, min(names, FLOW_NARROW, width - others - 2 * COLUMN_GAP - PARAMS_LEAST))
+        rows = [cells(r, ids[r.id], flow_width) for r in records]
     room = width - _row_width(headers, rows) - COLUMN_GAP
     table = Table(show_edge=False, header_style="bold")
     for index, header in enumerate(headers):

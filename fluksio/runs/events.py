@@ -97,8 +97,9 @@ class RedisEvents(Events):
                     event = stream.next(POLL_S)
                     if event is not None and not stop.is_set():
                         callback(event)
-            except Exception:  # a watcher that loses Redis stops watching; the run goes on
-                log.warning("stopped following events", exc_info=True)
+            except Exception as exc:  # a watcher that loses Redis stops watching; the run goes on
+                log.warning("stopped following the run's events (%s: %s); the run goes on", type(exc).__name__, exc)
+                log.debug("events subscriber stopped", exc_info=True)
             finally:
                 stream.close()
 
@@ -139,8 +140,8 @@ class EventStream:
         where = getattr(getattr(self._pubsub, "connection_pool", None), "connection_kwargs", {})
         raise EventsUnavailable(
             f"the broker at {where.get('host', '?')}:{where.get('port', '?')} did not confirm the subscription to "
-            f"{EVENTS_CHANNEL} within {SUBSCRIBE_TIMEOUT_S:g} s: is it overloaded, or not a Redis server? "
-            "`redis-cli -u URL ping` should answer PONG at once")
+            f"{EVENTS_CHANNEL} within {SUBSCRIBE_TIMEOUT_S:g} s: is it overloaded? `redis-cli -u URL ping` should "
+            "answer PONG at once")
 
     def next(self, timeout_s: float) -> dict[str, Any] | None:
         """The next event, or ``None`` when none came within ``timeout_s`` seconds."""

@@ -15,6 +15,7 @@ Imported only in the distributed mode: the embedded default never loads redis-py
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -40,8 +41,9 @@ PROBE_TIMEOUT_S = 3.0
 WORKER_RETRY_FIRST_S, WORKER_RETRY_MAX_S = 1.0, 10.0
 #: The oldest Redis the distributed mode works with (a driver takes its completions with BLMOVE).
 MIN_REDIS = (6, 2)
-#: What a running process waits through: a lost connection, a command that got no answer in time.
-OUTAGE_ERRORS: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError)
+#: What a running process waits through: a lost connection, a command that got no answer in time (redis-py's
+#: own default list, which also has the socket's timeout).
+OUTAGE_ERRORS: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError, socket.timeout)
 
 
 class OutageRetry(Retry):
@@ -101,7 +103,7 @@ def broker_client(settings: Settings) -> redis.Redis:
     retry = OutageRetry(settings.broker_outage_s, Notices(f"broker {redact_url(settings.broker_url)}"))
     return redis.Redis.from_url(
         settings.broker_url, socket_keepalive=True, socket_connect_timeout=5, health_check_interval=30,
-        retry=retry, retry_on_error=list(OUTAGE_ERRORS),
+        retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError],
     )
 
 

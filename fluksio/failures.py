@@ -133,9 +133,12 @@ def _password(url: str) -> str | None:
 
 
 def _hide(text: str, url: str) -> str:
-    """``text`` without the URL's password, should a library have quoted it."""
+    """``text`` without the URL's password, should a library have quoted it (as a word of its own: a short
+    password is not hidden inside other words, which would garble the message and hint at the password)."""
     password = _password(url)
-    return text.replace(password, "***") if password else text
+    if not password:
+        return text
+    return re.sub(rf"(?<![\w]){re.escape(password)}(?![\w])", "***", text)
 
 
 def _where(url: str, default_port: int) -> tuple[str, str]:

@@ -8,7 +8,7 @@ driver, in parallel processes so the walk takes seconds, not minutes.
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import queue
 import socket
@@ -30,6 +30,7 @@ from fluksio import connect
 from fluksio.cli.main import cli
 from fluksio.constants import EVENTS_CHANNEL, HEARTBEAT_KEY
 from fluksio.errors import BrokerUnavailable, ConfigError, StoreUnavailable
+from fluksio.outage import LOGGER
 from fluksio.runs.contact import check_installation
 from fluksio.settings import Settings
 from tests.integration.servers import RedisServer, free_port
@@ -244,13 +245,15 @@ def test_check_installation_is_the_same_check_for_a_front_door_of_its_own(
 # -- the terminal ------------------------------------------------------------------------------------------------
 
 
-def test_runs_at_80_columns_keeps_id_flow_status_created_and_duration_and_elides_params(tmp_path: Path) -> None:
+def test_runs_at_80_columns_keeps_id_flow_status_created_and_duration_and_elides_params(
+        tmp_path: Path, forget_imported_flow_files: None) -> None:
     env = base_env(tmp_path)
     long_name = "ada-" + "x" * 60
-    for name in (long_name, "bob"):
-        done = fluksio(["run", HELLO, "-p", f"name={name}"], env, tmp_path)
-        assert done.returncode == 0, done.stderr
-    ids = [r["id"] for r in json.loads(fluksio(["runs", "--json"], env, tmp_path).stdout)]
+    with connect(Settings(database_url=env["FLUKSIO_DATABASE_URL"], artifacts_dir=tmp_path / "artifacts",
+                          cpus=1)) as client:
+        for name in (long_name, "bob"):
+            assert client.submit(HELLO, {"name": name}).wait(timeout=60).status.value == "ok"
+        ids = [r.id for r in client.runs()]  # newest first, as `fluksio runs` lists them
 
     narrow = fluksio(["runs"], {**env, "COLUMNS": "80"}, tmp_path).stdout.splitlines()
     assert all(len(line) <= 80 for line in narrow), narrow
@@ -427,6 +430,9 @@ def test_every_command_meets_each_mistake_without_a_traceback(
         return fluksio(command.args, env, cwd, until=command.serving if waits else None, limit_s=AT_ONCE_S + 15)
 
     monkeypatch.chdir(tmp_path)
+    outage = logging.getLogger(LOGGER)  # the commands show outage notices on the terminal: not after this test
+    monkeypatch.setattr(outage, "handlers", list(outage.handlers))
+    monkeypatch.setattr(outage, "level", outage.level)
     with ThreadPoolExecutor(max_workers=2) as pool:
         served = {name: pool.submit(serve, name, c) for name, c in table.items() if c.serving}
         results = {name: invoke(c.args, env) for name, c in table.items() if not c.serving}

@@ -3,6 +3,7 @@ confirms, a closed client."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 from fluksio import connect
 from fluksio.cli.main import cli
 from fluksio.errors import ClientClosed, EventsUnavailable, FluksioError
+from fluksio.outage import LOGGER
 from fluksio.runs.events import MemoryEvents
 from fluksio.settings import Settings
 
@@ -24,6 +26,9 @@ def test_fluksio_run_says_an_unconfirmed_subscription_in_one_line(
 
     monkeypatch.setattr(MemoryEvents, "subscribe", unconfirmed)
     monkeypatch.chdir(tmp_path)
+    outage = logging.getLogger(LOGGER)  # the command shows outage notices on the terminal: not after this test
+    monkeypatch.setattr(outage, "handlers", list(outage.handlers))
+    monkeypatch.setattr(outage, "level", outage.level)
     done = CliRunner().invoke(cli, ["run", str(HELLO), "-p", "name=ada"])
     assert done.exit_code == 2, done.output
     assert done.output == ("error: the broker at h:6379 did not confirm the subscription to fluksio:events "

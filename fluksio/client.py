@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 from fluksio.errors import BrokerUnavailable, RunRejected
 from fluksio.flows.flow import Flow
-from fluksio.runs.inbox import CANCEL
+from fluksio.messages import Cancel
 from fluksio.runs.metrics import series_of
 from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import check_priority, submit_run, validate_params
@@ -201,7 +201,7 @@ class Client:
         """A queued run is cancelled at once; a running one is told to stop. Returns the status after."""
         status = run_rows.request_cancel(self.runtime.db, run_id, reason)
         if status is RunStatus.RUNNING:
-            self.runtime.inbox.push(run_rows.get_run(self.runtime.db, run_id).id, {"kind": CANCEL})
+            self.runtime.inbox.push(run_rows.get_run(self.runtime.db, run_id).id, Cancel())
         return status
 
     def placement(self) -> dict[str, Any]:

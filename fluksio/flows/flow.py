@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from fluksio.constants import MAX_NAME_LENGTH
 from fluksio.errors import FlowError
 from fluksio.flows.node import NodeSpec, check_identifier, make_node
 from fluksio.flows.source import snapshot
@@ -57,8 +58,9 @@ class Flow:
         inputs: dict[str, Any] | None = None,
         outputs: Sequence[str] | None = None,
     ) -> None:
-        if not isinstance(name, str) or not FLOW_NAME.match(name) or len(name) > 200:
-            raise FlowError(f"flow name {name!r} is not valid; use up to 200 letters, digits, '_', '-' or '.'")
+        if not isinstance(name, str) or not FLOW_NAME.match(name) or len(name) > MAX_NAME_LENGTH:
+            raise FlowError(f"flow name {name!r} is not valid; use up to {MAX_NAME_LENGTH} letters, digits, '_', "
+                            "'-' or '.'")
         self.name = name
         self.inputs: dict[str, InputSpec] = {}
         for input_name, spec in (inputs or {}).items():

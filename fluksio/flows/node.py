@@ -10,15 +10,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from fluksio.constants import MAX_NAME_LENGTH
 from fluksio.errors import FlowError
 from fluksio.schemas import DevicePolicy, Resources
 
 #: The parameter through which a node emits streaming values; never a message.
 EMIT_PARAMETER = "emit"
-
-
-#: Names are stored in columns of this width (and read by people): longer ones are refused.
-MAX_NAME_LENGTH = 200
 
 
 def check_identifier(kind: str, value: Any, where: str) -> str:

@@ -12,15 +12,16 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-
 from fluksio.artifacts.artifact import find_refs
 from fluksio.artifacts.store import ArtifactStore
-from fluksio.schemas import NodeStatus
 from fluksio.store.db import Database
-from fluksio.store.models import RunNode
+from fluksio.store.nodes import cache_entries
 
 log = logging.getLogger(__name__)
+
+#: Entries looked at per lookup, newest first: past the first whose artifacts are all there, none is read.
+ENTRIES_LOOKED_AT = 20
+
 
 @dataclass(frozen=True)
 class CacheHit:
@@ -32,15 +33,7 @@ class CacheHit:
 def lookup(db: Database, artifacts: ArtifactStore, key: str) -> CacheHit | None:
     """The newest usable entry for ``key``; ``None`` on a miss, also when the lookup itself fails."""
     try:
-        with db.read() as session:
-            rows = session.execute(
-                select(RunNode.run_id, RunNode.cached_from, RunNode.outputs)
-                .where(RunNode.cache_key == key,
-                       RunNode.status.in_([NodeStatus.OK.value, NodeStatus.CACHED.value]))
-                .order_by(RunNode.id.desc())
-                .limit(20)
-            ).all()
-        for run_id, cached_from, outputs in rows:
+        for run_id, cached_from, outputs in cache_entries(db, key, ENTRIES_LOOKED_AT):
             if outputs is None:
                 continue
             if all(artifacts.exists(ref["$artifact"]["digest"]) for ref in find_refs(outputs)):
@@ -49,4 +42,3 @@ def lookup(db: Database, artifacts: ArtifactStore, key: str) -> CacheHit | None:
     except Exception:
         log.warning("cache lookup for %s failed; running the node instead", key, exc_info=True)
         return None
-

@@ -4,59 +4,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from fluksio.schemas import NodeStatus
 from fluksio.store.db import Database, retried
 from fluksio.store.models import RunArtifact, RunNode
+from fluksio.store.rows import ArtifactRow, NodeRow
 
-
-@dataclass(slots=True)
-class NodeRow:
-    """A node row on its way to the store: ``RunNode``'s columns (but the id), as a plain object.
-
-    A driver makes one per finished node; an ORM instance, with its per-instance bookkeeping, cost
-    about 9 % of a fan-out driver's time, and ``record_nodes`` writes plain values anyway.
-    """
-
-    run_id: str
-    node: str
-    status: str
-    attempt: int = 1
-    #: A mapped node's element, -1 for a node that is not mapped (see ``RunNode.element``).
-    element: int = -1
-    machine: str | None = None
-    gpus: list[int] = field(default_factory=list)
-    granted: dict[str, Any] | None = None
-    child_run: str | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    duration_ms: int | None = None
-    error: str | None = None
-    logs: str | None = None
-    cache_key: str | None = None
-    outputs: dict[str, Any] | None = None
-    cached_from: str | None = None
-
-
-@dataclass(slots=True)
-class ArtifactRow:
-    """An artifact row on its way to the store: ``RunArtifact``'s columns (but the id)."""
-
-    run_id: str
-    node: str
-    message: str
-    digest: str
-    size: int
-    media_type: str
-    name: str | None = None
-    codec: str | None = None
-    element: int = -1
+__all__ = ["ArtifactRow", "NodeRow", "artifact_by_digest", "artifact_of_run", "artifacts_of", "cache_entries",
+           "node_values", "record_nodes"]
 
 
 @retried
@@ -114,7 +74,39 @@ def _insert_nodes(sqlite: bool) -> Any:
             .returning(RunNode.run_id, RunNode.node, RunNode.element))
 
 
+def cache_entries(db: Database, key: str, limit: int) -> list[tuple[str, str | None, dict[str, Any] | None]]:
+    """``(run id, cached_from, outputs)`` of the newest node rows ending ``ok`` or ``cached`` under a cache key.
+
+    Not retried: a cache that cannot answer now is a miss, not a wait (see ``runs.cache``).
+    """
+    with db.read() as session:
+        rows = session.execute(
+            select(RunNode.run_id, RunNode.cached_from, RunNode.outputs)
+            .where(RunNode.cache_key == key, RunNode.status.in_([NodeStatus.OK.value, NodeStatus.CACHED.value]))
+            .order_by(RunNode.id.desc())
+            .limit(limit)
+        ).all()
+    return [(run_id, cached_from, outputs) for run_id, cached_from, outputs in rows]
+
+
 @retried
 def artifacts_of(db: Database, run_id: str) -> list[RunArtifact]:
     with db.read() as session:
         return list(session.scalars(select(RunArtifact).where(RunArtifact.run_id == run_id).order_by(RunArtifact.id)))
+
+
+@retried
+def artifact_by_digest(db: Database, digest: str) -> RunArtifact | None:
+    """A row of some run that made the artifact ``digest`` (``None``: no run did)."""
+    with db.read() as session:
+        return session.scalars(select(RunArtifact).where(RunArtifact.digest == digest).limit(1)).first()
+
+
+@retried
+def artifact_of_run(db: Database, run_id: str, name: str) -> RunArtifact | None:
+    """An artifact the run made as message ``name``, or whose file is called ``name``."""
+    with db.read() as session:
+        return session.scalars(
+            select(RunArtifact).where(RunArtifact.run_id == run_id,
+                                      (RunArtifact.message == name) | (RunArtifact.name == name)).limit(1)
+        ).first()

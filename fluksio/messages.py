@@ -54,16 +54,24 @@ class NodeCall:
     code_digest: str | None = None
     #: How often the run was resumed when its driver claimed it.
     epoch: int = 0
+    #: The element of a mapped node this call is (``None``: the node is not mapped).
+    index: int | None = None
 
     _TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         "call_id": (str,), "run_id": (str,), "flow": (str,), "node": (str,), "attempt": (int,),
         "inputs": (dict,), "grant": (dict,), "code_digest": (str, type(None)), "epoch": (int,),
+        "index": (int, type(None)),
     }
+
+    @property
+    def unit(self) -> str:
+        """``node``, or ``node[index]`` for an element: how logs, Flower and metric names call it."""
+        return self.node if self.index is None else f"{self.node}[{self.index}]"
 
     def to_wire(self) -> dict[str, Any]:
         return {"call_id": self.call_id, "run_id": self.run_id, "flow": self.flow, "node": self.node,
                 "attempt": self.attempt, "inputs": self.inputs, "grant": self.grant.model_dump(mode="json"),
-                "code_digest": self.code_digest, "epoch": self.epoch}
+                "code_digest": self.code_digest, "epoch": self.epoch, "index": self.index}
 
     @classmethod
     def from_wire(cls, data: Any) -> NodeCall:
@@ -77,7 +85,7 @@ class NodeCall:
 
     def shown(self) -> dict[str, Any]:
         """Who the call is, without its inputs: what logs, events and Flower show of it."""
-        return {"call_id": self.call_id, "run_id": self.run_id, "node": self.node, "attempt": self.attempt}
+        return {"call_id": self.call_id, "run_id": self.run_id, "node": self.unit, "attempt": self.attempt}
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +109,20 @@ class Completion:
     artifacts: tuple[MadeArtifact, ...] = ()
     logs: str | None = None
     error: str | None = None
+    #: The element of a mapped node the call was (``None``: not mapped).
+    index: int | None = None
 
     kind: ClassVar[str] = DONE
     _TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         "kind": (str,), "call_id": (str,), "node": (str,), "attempt": (int,), "status": (str,),
         "machine": (str, type(None)), "gpus": (list,), "started_at": (str, type(None)),
         "finished_at": (str, type(None)), "epoch": (int,), "outputs": (dict, type(None)), "artifacts": (list,),
-        "logs": (str, type(None)), "error": (str, type(None)),
+        "logs": (str, type(None)), "error": (str, type(None)), "index": (int, type(None)),
     }
+
+    @property
+    def unit(self) -> str:
+        return self.node if self.index is None else f"{self.node}[{self.index}]"
 
     @property
     def ok(self) -> bool:
@@ -119,7 +133,7 @@ class Completion:
                 "status": self.status, "machine": self.machine, "gpus": list(self.gpus),
                 "started_at": self.started_at, "finished_at": self.finished_at, "epoch": self.epoch,
                 "outputs": self.outputs, "artifacts": [_artifact_to_wire(a) for a in self.artifacts],
-                "logs": self.logs, "error": self.error}
+                "logs": self.logs, "error": self.error, "index": self.index}
 
     @classmethod
     def from_wire(cls, data: Any) -> Completion:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fluksio.artifacts.store import ArtifactStore
+from fluksio.driver.walk import split_unit
 from fluksio.flows.flow import Flow
 from fluksio.runs.cache import CacheHit, lookup
 from fluksio.runs.cache_key import cache_key
@@ -13,9 +14,11 @@ from fluksio.store.db import Database
 
 
 class NodeCache:
-    """Cache keys of one run's nodes (each worked out once), and lookups under them.
+    """Cache keys of one run's units (each worked out once), and lookups under them.
 
-    ``inputs_of(node)`` gives a node's input values once they are all there; a key is only asked for then.
+    ``inputs_of(unit)`` gives a unit's input values once they are all there; a key is only asked for then.
+    An element's key holds its own values and the inputs broadcast to every element, not its index: a
+    rerun with one more shard finds every other shard's entry.
     """
 
     def __init__(self, db: Database, artifacts: ArtifactStore, flow: Flow, code_digest: str | None,
@@ -29,22 +32,22 @@ class NodeCache:
         self._inputs_of = inputs_of
         self._keys: dict[str, str | None] = {}
 
-    def key(self, node: str) -> str | None:
-        """The node's cache key; ``None`` for a node declared ``cache=False``."""
-        if node not in self._keys:
-            spec = self.flow.nodes[node]
+    def key(self, unit: str) -> str | None:
+        """The unit's cache key; ``None`` for a node declared ``cache=False``."""
+        if unit not in self._keys:
+            spec = self.flow.nodes[split_unit(unit)[0]]
             try:
-                self._keys[node] = (cache_key(self.flow.name, spec, self.code_digest, self._inputs_of(node))
+                self._keys[unit] = (cache_key(self.flow.name, spec, self.code_digest, self._inputs_of(unit))
                                     if spec.cache else None)
             except (TypeError, ValueError):  # inputs JSON cannot key (it never should): just not cached
-                self._keys[node] = None
-        return self._keys[node]
+                self._keys[unit] = None
+        return self._keys[unit]
 
-    def hit(self, node: str) -> tuple[str, CacheHit] | None:
-        """``(key, hit)`` when an earlier call of this node with these inputs left usable outputs."""
+    def hit(self, unit: str) -> tuple[str, CacheHit] | None:
+        """``(key, hit)`` when an earlier call of this unit with these inputs left usable outputs."""
         if not self.use_cache:
             return None
-        key = self.key(node)
+        key = self.key(unit)
         if key is None:
             return None
         found = lookup(self.db, self.artifacts, key)

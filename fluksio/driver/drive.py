@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from fluksio.driver.loop import Dispatch, Driver, Revoke
+from fluksio.driver.loop import Driver
+from fluksio.driver.state import Dispatch, Revoke
 from fluksio.driver.verdict import End
 from fluksio.driver.waiting import wait_for_labels
 from fluksio.errors import FluksioError, RunNotFound

@@ -17,9 +17,9 @@ from fluksio.schemas import Grant
 
 @dataclass(frozen=True, slots=True)
 class Sent:
-    """A call in flight: its node and the grant it holds."""
+    """A call in flight: its unit (a node, or ``node[i]``) and the grant it holds."""
 
-    node: str
+    unit: str
     grant: Grant
 
 
@@ -35,8 +35,8 @@ class CallsInFlight:
         #: Calls whose grant was found given back at the last check, their completions not yet come.
         self._given_back: set[str] = set()
 
-    def add(self, call_id: str, node: str, grant: Grant) -> None:
-        self._calls[call_id] = Sent(node, grant)
+    def add(self, call_id: str, unit: str, grant: Grant) -> None:
+        self._calls[call_id] = Sent(unit, grant)
 
     def pop(self, call_id: str) -> Sent | None:
         return self._calls.pop(call_id, None)

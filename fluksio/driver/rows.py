@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
-from typing import Any
 
+from fluksio.driver.walk import Ended, split_unit
 from fluksio.messages import Completion
-from fluksio.runs.cache_key import cacheable
+from fluksio.runs.cache_key import CacheHit, cacheable
 from fluksio.schemas import Grant, NodeStatus
 from fluksio.store.rows import ArtifactRow, NodeRow
 
@@ -31,8 +31,9 @@ def completion_rows(run_id: str, completion: Completion, cache_key: str | None,
     if warning:
         logs = f"[fluksio] {warning}\n{logs or ''}"
     started, finished = _parse(completion.started_at), _parse(completion.finished_at)
+    element = -1 if completion.index is None else completion.index
     row = NodeRow(
-        run_id=run_id, node=completion.node, attempt=completion.attempt,
+        run_id=run_id, node=completion.node, element=element, attempt=completion.attempt,
         status=NodeStatus.OK.value if ok else NodeStatus.ERROR.value,
         machine=completion.machine, gpus=list(completion.gpus), started_at=started, finished_at=finished,
         error=None if ok else completion.error, logs=logs, outputs=completion.outputs if ok else None,
@@ -42,36 +43,53 @@ def completion_rows(run_id: str, completion: Completion, cache_key: str | None,
         row.cache_key = cache_key
     artifacts = [
         ArtifactRow(run_id=run_id, node=completion.node, message=a.message, digest=a.digest, size=a.size,
-                    media_type=a.media_type or "application/octet-stream", name=a.name, codec=a.codec)
+                    media_type=a.media_type or "application/octet-stream", name=a.name, codec=a.codec,
+                    element=element)
         for a in completion.artifacts
     ] if ok else []
     return row, artifacts
 
 
-def cached_row(run_id: str, node: str, cache_key: str, cached_from: str, outputs: dict[str, Any]) -> NodeRow:
-    """The row of a node restored from the cache: no call, the original run's outputs."""
+def cached_row(run_id: str, unit: str, cache_key: str, hit: CacheHit) -> NodeRow:
+    """The row of a unit restored from the cache: no call, the original run's outputs (and where they came from)."""
     now = utcnow()
-    return NodeRow(run_id=run_id, node=node, attempt=1, status=NodeStatus.CACHED.value, started_at=now,
-                   finished_at=now, duration_ms=0, cache_key=cache_key, outputs=outputs, cached_from=cached_from)
+    node, index = split_unit(unit)
+    return NodeRow(run_id=run_id, node=node, element=-1 if index is None else index, attempt=1,
+                   status=NodeStatus.CACHED.value, started_at=now, finished_at=now, duration_ms=0,
+                   cache_key=cache_key, outputs=hit.outputs, cached_from=hit.run_id, cached_element=hit.element)
 
 
-def bare_rows(run_id: str, nodes: Iterable[str], attempts: Mapping[str, int], status: NodeStatus,
+def bare_rows(run_id: str, units: Iterable[str], attempts: Mapping[str, int], status: NodeStatus,
               error: str | None, grant: Grant | None = None) -> list[NodeRow]:
-    """Rows of nodes that never ran (skipped, cancelled before they started) or were killed holding ``grant``."""
+    """Rows of units that never ran (cancelled before they started) or were killed holding ``grant``."""
     now = utcnow()
-    return [NodeRow(run_id=run_id, node=node, attempt=attempts.get(node, 1), status=status.value,
-                    machine=grant.machine if grant else None, gpus=list(grant.gpus) if grant else [],
-                    finished_at=now, error=error)
-            for node in nodes]
+    rows = []
+    for unit in units:
+        node, index = split_unit(unit)
+        rows.append(NodeRow(run_id=run_id, node=node, element=-1 if index is None else index,
+                            attempt=attempts.get(unit, 1), status=status.value,
+                            machine=grant.machine if grant else None, gpus=list(grant.gpus) if grant else [],
+                            finished_at=now, error=error))
+    return rows
 
 
-def unreported(call_id: str, node: str, attempt: int, epoch: int, grant: Grant, *, started: bool,
+def ended_row(run_id: str, ended: Ended, attempt: int) -> NodeRow:
+    """The row of a node the walk ended without a call: skipped or failed (why, as its error), or a map
+    over no elements (``ok``, its empty lists as outputs, why in its logs)."""
+    ok = ended.status is NodeStatus.OK
+    return NodeRow(run_id=run_id, node=ended.node, attempt=attempt, status=ended.status.value,
+                   finished_at=utcnow(), error=None if ok else ended.reason,
+                   logs=f"[fluksio] {ended.reason}" if ok else None, outputs=ended.outputs)
+
+
+def unreported(call_id: str, unit: str, attempt: int, epoch: int, grant: Grant, *, started: bool,
                error: str) -> Completion:
     """The completion of a call that will never report itself (never sent, or its machine died)."""
     now = utcnow().isoformat()
-    return Completion(call_id=call_id, node=node, attempt=attempt, status="error", machine=grant.machine,
-                      gpus=tuple(grant.gpus), started_at=now if started else None, finished_at=now, epoch=epoch,
-                      error=error)
+    node, index = split_unit(unit)
+    return Completion(call_id=call_id, node=node, index=index, attempt=attempt, status="error",
+                      machine=grant.machine, gpus=tuple(grant.gpus), started_at=now if started else None,
+                      finished_at=now, epoch=epoch, error=error)
 
 
 def _parse(value: str | None) -> datetime | None:

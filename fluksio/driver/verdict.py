@@ -7,7 +7,6 @@ which end from the walk alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
@@ -43,24 +42,43 @@ class Verdict:
     reason: str | None = None
 
 
-def verdict(walk: Walk, errors: Mapping[str, str], end: End) -> Verdict:
+#: How many failed elements of one mapped node a run's reason names before it counts the rest.
+ELEMENTS_NAMED = 10
+
+
+def verdict(walk: Walk, end: End) -> Verdict:
     """The end of a run whose drive stopped ``DRAINED`` or ``CANCELLED``.
 
-    ``errors`` holds each failed node's last error. A run is ``ok`` only when every node ended well:
-    nodes still pending with nothing left running could never get their inputs (the flow changed
-    between submit and claim), which is an error too.
+    A run is ``ok`` when no node failed: nodes skipped by a condition (or by a skip that propagated)
+    are part of a good run. Nodes still pending with nothing left running could never get their inputs
+    (the flow changed between submit and claim): an error too.
     """
     if end is End.CANCELLED:
         return Verdict(RunStatus.CANCELLED, "cancelled by request")
     stranded = [n for n, s in walk.state.items() if s is NodeState.PENDING]
     if stranded:
-        missing = sorted({m for n in stranded for m in walk.flow.nodes[n].requires if m not in walk.messages})
+        missing = sorted({m for n in stranded for m in walk.flow.nodes[n].needs
+                          if m not in walk.messages and m not in walk.skipped})
         return Verdict(RunStatus.ERROR, f"node(s) {', '.join(stranded)} could never run: nobody provided "
                                         f"{', '.join(missing)} (did the flow change since the submit?)")
     failed = walk.failed()
     if failed:
-        details = "; ".join(f"{n}: {errors.get(n, 'failed').splitlines()[0]}" for n in failed)
-        skipped = [n for n, s in walk.state.items() if s is NodeState.SKIPPED]
+        details = "; ".join(_failure(walk, node) for node in failed)
+        skipped = [n for n in walk.state if n in walk.failure_skipped]
         tail = f" ({len(skipped)} downstream node(s) skipped: {', '.join(skipped)})" if skipped else ""
         return Verdict(RunStatus.ERROR, f"node(s) {', '.join(failed)} failed — {details}{tail}")
     return Verdict(RunStatus.OK)
+
+
+def _failure(walk: Walk, node: str) -> str:
+    """``fit: ValueError: …``; for a mapped node, each failed element (``count[3]: …``), the first ten."""
+    elements = walk.failed_elements(node)
+    if not elements:
+        return f"{node}: {_first_line(walk.errors.get(node))}"
+    named = "; ".join(f"{unit}: {_first_line(walk.errors.get(unit))}" for unit in elements[:ELEMENTS_NAMED])
+    more = f"; and {len(elements) - ELEMENTS_NAMED} more element(s)" if len(elements) > ELEMENTS_NAMED else ""
+    return f"{len(elements)} of {walk.elements(node)} elements of {node} failed: {named}{more}"
+
+
+def _first_line(error: str | None) -> str:
+    return (error or "failed").splitlines()[0] if (error or "").strip() else "failed"

@@ -111,7 +111,8 @@ def _settle(runtime: Runtime, call: NodeCall, started: str, *, status: Literal["
     """Give the call's resources back, then tell its driver how it ended (the one place a completion is made)."""
     grant = call.grant
     completion = Completion(
-        call_id=call.call_id, node=call.node, attempt=call.attempt, status=status, machine=grant.machine,
+        call_id=call.call_id, node=call.node, index=call.index, attempt=call.attempt, status=status,
+        machine=grant.machine,
         gpus=tuple(grant.gpus), started_at=started, finished_at=datetime.now(timezone.utc).isoformat(),
         epoch=call.epoch, outputs=outputs, artifacts=artifacts, logs=_storable(logs), error=_storable(error),
     )
@@ -130,23 +131,28 @@ def _storable(text: str | None) -> str | None:
 def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout: bool = True) -> Ran:
     """Run the node in this process; returns its encoded outputs, the artifacts it made, and its logs."""
     store = runtime.artifacts
-    args = [decode(call.inputs[m], store) for m in node.requires]
+    # By name: a message that was skipped upstream is left out, and its parameter takes its default.
+    kwargs = {param: decode(call.inputs[m], store) for param, m in zip(node.params or node.requires, node.requires)
+              if m in call.inputs}
     sink = MetricSink(runtime.db, call.run_id)
+    # An element's numbers are series of their own: `loss[3]` for element 3, so k folds give k curves.
+    series = {name: name if call.index is None else f"{name}[{call.index}]" for name in node.streams}
     if node.streams:
         # A retried or resumed call counts its steps from 0 again: what an earlier attempt wrote goes.
-        delete_metrics(runtime.db, call.run_id, node.streams)
+        delete_metrics(runtime.db, call.run_id, list(series.values()))
     streamed: dict[str, Any] = {}
 
     def emit(name: str, value: Any) -> None:
         if name not in node.streams:
             declared = ", ".join(node.streams) or "nothing"
             raise NodeFailed(f"node {node.name!r} emitted {name!r}, but it streams only: {declared}")
-        sink.record(name, value)
+        sink.record(series[name], value)
         if not (isinstance(value, float) and not math.isfinite(value)):
             # The message's value is the last emission JSON can carry; NaN and infinities are dropped.
             streamed[name] = value
 
-    kwargs = {"emit": emit} if node.takes_emit else {}
+    if node.takes_emit:
+        kwargs["emit"] = emit
     limit = runtime.settings.log_limit_chars
     outcome: dict[str, Any] = {}
 
@@ -154,7 +160,7 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout:
         with capture_output(limit) as captured:
             interrupt.running(call.call_id)
             try:
-                outcome["value"] = node.fn(*args, **kwargs)
+                outcome["value"] = node.fn(**kwargs)
             except BaseException as exc:  # noqa: BLE001 - the node's failure is data, reported below
                 outcome["error"] = exc
                 captured.write(traceback.format_exc())

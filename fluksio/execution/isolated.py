@@ -74,7 +74,7 @@ def main() -> None:
 
     def report(status: Literal["ok", "error"], ran: Ran | None = None, error: str | None = None,
                logs: str | None = None) -> Completion:
-        return Completion(call_id=call.call_id, node=call.node, attempt=call.attempt, status=status,
+        return Completion(call_id=call.call_id, node=call.node, index=call.index, attempt=call.attempt, status=status,
                           outputs=ran.outputs if ran else None, artifacts=ran.artifacts if ran else (),
                           logs=ran.logs if ran else logs, error=error)
 

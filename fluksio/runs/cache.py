@@ -9,11 +9,10 @@ An entry whose artifacts are gone is a miss; so is any lookup that fails.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any
 
 from fluksio.artifacts.artifact import find_refs
 from fluksio.artifacts.store import ArtifactStore
+from fluksio.runs.cache_key import CacheHit
 from fluksio.store.db import Database
 from fluksio.store.nodes import cache_entries
 
@@ -23,21 +22,14 @@ log = logging.getLogger(__name__)
 ENTRIES_LOOKED_AT = 20
 
 
-@dataclass(frozen=True)
-class CacheHit:
-    #: The run whose call produced the outputs (never a run that itself restored them).
-    run_id: str
-    outputs: dict[str, Any]
-
-
 def lookup(db: Database, artifacts: ArtifactStore, key: str) -> CacheHit | None:
     """The newest usable entry for ``key``; ``None`` on a miss, also when the lookup itself fails."""
     try:
-        for run_id, cached_from, outputs in cache_entries(db, key, ENTRIES_LOOKED_AT):
+        for run_id, element, outputs in cache_entries(db, key, ENTRIES_LOOKED_AT):
             if outputs is None:
                 continue
             if all(artifacts.exists(ref["$artifact"]["digest"]) for ref in find_refs(outputs)):
-                return CacheHit(cached_from or run_id, outputs)
+                return CacheHit(run_id, outputs, element)
         return None
     except Exception:
         log.warning("cache lookup for %s failed; running the node instead", key, exc_info=True)

@@ -120,8 +120,10 @@ class RunNode(Base):
     logs: Mapped[str | None] = mapped_column(Text)
     cache_key: Mapped[str | None] = mapped_column(String(80), index=True)
     outputs: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
-    #: The run whose row this one's outputs were restored from (always the original, never a copy).
+    #: The run whose row this one's outputs were restored from (always the original, never a copy), and the
+    #: element that made them there (an element's series are named after it: ``loss[3]``).
     cached_from: Mapped[str | None] = mapped_column(String(26))
+    cached_element: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (UniqueConstraint("run_id", "node", "element", "attempt", name="uq_run_nodes_attempt"),)
 

@@ -51,6 +51,7 @@ def node_values(row: NodeRow | RunNode) -> dict[str, Any]:
         "machine": row.machine, "gpus": row.gpus or [], "started_at": row.started_at,
         "finished_at": row.finished_at, "duration_ms": row.duration_ms, "error": row.error, "logs": row.logs,
         "cache_key": row.cache_key, "outputs": row.outputs, "cached_from": row.cached_from,
+        "cached_element": row.cached_element,
     }
 
 
@@ -74,19 +75,22 @@ def _insert_nodes(sqlite: bool) -> Any:
             .returning(RunNode.run_id, RunNode.node, RunNode.element))
 
 
-def cache_entries(db: Database, key: str, limit: int) -> list[tuple[str, str | None, dict[str, Any] | None]]:
-    """``(run id, cached_from, outputs)`` of the newest node rows ending ``ok`` or ``cached`` under a cache key.
+def cache_entries(db: Database, key: str, limit: int) -> list[tuple[str, int | None, dict[str, Any] | None]]:
+    """``(run id, element, outputs)`` of the newest node rows ending ``ok`` or ``cached`` under a cache key:
+    the run and element that made the outputs (a row restored from the cache names its origin).
 
     Not retried: a cache that cannot answer now is a miss, not a wait (see ``runs.cache``).
     """
     with db.read() as session:
         rows = session.execute(
-            select(RunNode.run_id, RunNode.cached_from, RunNode.outputs)
+            select(RunNode.run_id, RunNode.element, RunNode.cached_from, RunNode.cached_element, RunNode.outputs)
             .where(RunNode.cache_key == key, RunNode.status.in_([NodeStatus.OK.value, NodeStatus.CACHED.value]))
             .order_by(RunNode.id.desc())
             .limit(limit)
         ).all()
-    return [(run_id, cached_from, outputs) for run_id, cached_from, outputs in rows]
+    return [(cached_from, cached_element, outputs) if cached_from else (run_id, None if element < 0 else element,
+                                                                         outputs)
+            for run_id, element, cached_from, cached_element, outputs in rows]
 
 
 @retried

@@ -36,6 +36,7 @@ class NodeRow:
     cache_key: str | None = None
     outputs: dict[str, Any] | None = None
     cached_from: str | None = None
+    cached_element: int | None = None
 
 
 @dataclass(slots=True)

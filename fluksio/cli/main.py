@@ -203,12 +203,14 @@ def show(run_id: str, logs_of: str | None, as_json: bool) -> None:
     with _client() as client:
         record = client.get(run_id)
         if logs_of:
-            rows = [n for n in record.nodes if n.node == logs_of]
+            # A node's name shows every row of it (each element of a mapped node); `count[3]` one element's.
+            rows = [n for n in record.nodes if logs_of in (n.node, _unit(n.node, n.index))]
             if not rows:
-                raise click.BadParameter(f"run {record.id} has no node {logs_of!r} "
-                                         f"(nodes: {', '.join(n.node for n in record.nodes)})", param_hint="--logs")
+                names = ", ".join(dict.fromkeys(n.node for n in record.nodes))
+                raise click.BadParameter(f"run {record.id} has no node {logs_of!r} (nodes: {names}; an element of "
+                                         "a mapped node is node[i])", param_hint="--logs")
             for row in rows:
-                click.echo(f"── {row.node} attempt {row.attempt} ({row.status.value}) ──")
+                click.echo(f"── {_unit(row.node, row.index)} attempt {row.attempt} ({row.status.value}) ──")
                 click.echo(row.logs or "(no output)")
             return
         if as_json:
@@ -216,6 +218,10 @@ def show(run_id: str, logs_of: str | None, as_json: bool) -> None:
             return
         db = client.runtime.db
         render.console().print(render.run_summary(record, series_of(db, record.id), artifacts_of(db, record.id)))
+
+
+def _unit(node: str, index: int | None) -> str:
+    return node if index is None else f"{node}[{index}]"
 
 
 @cli.command()

@@ -56,7 +56,7 @@ def execute_call(runtime: Runtime, wire: Any) -> None:
     if flow is None:
         _settle(runtime, call, started, status="error", error=refusal)
         return
-    runtime.events.publish("node_started", run_id=call.run_id, node=call.node, machine=grant.machine,
+    runtime.events.publish("node_started", run_id=call.run_id, node=call.unit, machine=grant.machine,
                            gpus=list(grant.gpus), attempt=call.attempt)
     try:
         node = flow.nodes.get(call.node)

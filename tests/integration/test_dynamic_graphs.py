@@ -34,7 +34,8 @@ def counting_flow(calls: list[str], name: str = "shards") -> Flow:
 def latest_rows(record, node: str) -> dict[int, object]:
     rows: dict[int, object] = {}
     for row in record.nodes:
-        if row.node == node and row.index is not None and (row.index not in rows or row.attempt > rows[row.index].attempt):
+        newer = row.index not in rows or row.attempt > rows[row.index].attempt
+        if row.node == node and row.index is not None and newer:
             rows[row.index] = row
     return rows
 

@@ -535,6 +535,7 @@ class Driver:
         else:
             status = RunStatus.OK
         run_rows.finish(self.rt.db, self.run_id, status, reason, result, self.epoch)
+        self.rt.run_ended(self.run_id, status)
         self.rt.events.publish("run_finished", run_id=self.run_id, flow=self.flow.name, status=status.value,
                                reason=reason)
 

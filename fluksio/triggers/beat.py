@@ -12,7 +12,6 @@ submit (a hand-over lost with a dying beat is found by the lease sweeper, as for
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -79,13 +78,15 @@ class TableScheduler(Scheduler):
     """Celery beat's scheduler over the ``schedules`` table (the app must carry ``fluksio_runtime``)."""
 
     Entry = TickEntry
+    #: The clock the entries read (tests give a clock of their own).
+    clock = staticmethod(utcnow)
 
     def __init__(self, app: Celery, *args: Any, **kwargs: Any) -> None:
         self.runtime: Runtime = app.fluksio_runtime  # type: ignore[attr-defined]
         settings = self.runtime.settings
         self.refresh_s = settings.schedule_refresh_s
         self.catchup_limit = settings.schedule_catchup_limit
-        self._refreshed_at: float | None = None
+        self._refreshed_at: datetime | None = None
         # Never sleep past a refresh: a schedule added meanwhile would wait for the beat's long sleep.
         kwargs["max_interval"] = min(kwargs.get("max_interval") or self.refresh_s, self.refresh_s)
         super().__init__(app, *args, **kwargs)
@@ -98,7 +99,7 @@ class TableScheduler(Scheduler):
 
     def refresh(self) -> None:
         """Re-read the table: new and changed schedules get fresh entries, the others keep theirs."""
-        self._refreshed_at = time.monotonic()
+        self._refreshed_at = self.clock()
         try:
             table = rows.list_schedules(self.runtime.db, include_paused=False)
         except Exception:  # the store is down: keep firing what was read last
@@ -125,13 +126,14 @@ class TableScheduler(Scheduler):
 
     def _entry(self, row: Schedule) -> TickEntry:
         return TickEntry(
-            name=row.name, task=TICK_TASK, app=self.app, schedule=timing(row.cron, row.tz, row.every_s),
+            name=row.name, task=TICK_TASK, app=self.app,
+            schedule=timing(row.cron, row.tz, row.every_s, nowfun=self.clock),
             last_run_at=row.last_tick or row.created_at, kwargs={"schedule": row.name, "version": _version(row)},
-            spec=Spec.of(row), watching_since=utcnow(),
+            spec=Spec.of(row), watching_since=self.clock(),
         )
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        if self._refreshed_at is None or time.monotonic() - self._refreshed_at >= self.refresh_s:
+        if self._refreshed_at is None or (self.clock() - self._refreshed_at).total_seconds() >= self.refresh_s:
             self.refresh()
         return super().tick(*args, **kwargs)
 

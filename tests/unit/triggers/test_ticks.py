@@ -99,7 +99,8 @@ def test_catchup_none_skips_missed_ticks_but_fires_one_that_came_while_watched()
     since, now = utc(2026, 1, 1, 10, 0), utc(2026, 1, 1, 10, 5, 30)
     missed = due_ticks(ticks, since, now, CatchUp.NONE, 100, watching_since=now)
     assert missed == ([], utc(2026, 1, 1, 10, 5))
-    watched = due_ticks(ticks, utc(2026, 1, 1, 10, 4), now, CatchUp.NONE, 100, watching_since=utc(2026, 1, 1, 10, 4, 50))
+    watched = due_ticks(ticks, utc(2026, 1, 1, 10, 4), now, CatchUp.NONE, 100,
+                        watching_since=utc(2026, 1, 1, 10, 4, 50))
     assert watched == ([utc(2026, 1, 1, 10, 5)], utc(2026, 1, 1, 10, 5))
 
 

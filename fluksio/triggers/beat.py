@@ -145,8 +145,11 @@ class TableScheduler(Scheduler):
                                 entry.spec.catchup if entry.spec else CatchUp.LAST, self.catchup_limit,
                                 entry.watching_since)
         entry.due = tuple(due)
-        if newest is not None and len(due) > 1:
-            log.info("beat: schedule %s catches up on %d missed tick(s)", entry.name, len(due))
+        missed = [tick for tick in due if tick < entry.watching_since]
+        if missed:
+            log.info("beat: schedule %s catches up (catchup=%s) on %d tick(s) missed while no beat watched it: %s",
+                     entry.name, entry.spec.catchup.value if entry.spec else "last", len(missed),
+                     ", ".join(tick.isoformat() for tick in missed[-3:]))
         elif newest is not None and not due:
             log.info("beat: schedule %s skips the tick of %s, missed while no beat watched (catchup none)",
                      entry.name, newest.isoformat())

@@ -171,7 +171,8 @@ def test_alerts_test_sends_a_sample_and_alerts_log_lists_it(tmp_path: Path, rece
     failed = fluksio("alerts", "test", "check", cwd=tmp_path)
     assert failed.returncode == 1 and "answered HTTP 404" in failed.stderr
     unknown = fluksio("alerts", "test", "chek", cwd=tmp_path)
-    assert unknown.returncode == 2 and "no alert rule named 'chek'" in unknown.stderr and "rules: check" in unknown.stderr
+    assert unknown.returncode == 2
+    assert "no alert rule named 'chek'" in unknown.stderr and "rules: check" in unknown.stderr
     listed = fluksio("alerts", "log", "--json", cwd=tmp_path)
     assert [(r["outcome"], r["run_id"]) for r in json.loads(listed.stdout)] == [("failed", None), ("sent", None)]
     assert "check" in fluksio("alerts", "log", cwd=tmp_path).stdout

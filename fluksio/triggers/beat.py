@@ -173,9 +173,12 @@ class TableScheduler(Scheduler):
 
     def _fire(self, spec: Spec, tick: datetime, producer: Any) -> None:
         db = self.runtime.db
+        registry = self.runtime.registry
+        # A flow this process registered (FLUKSIO_FLOWS) by its name; else the reference `schedule add` saw.
+        flow = spec.flow if spec.flow in registry.names() or not spec.flow_ref else spec.flow_ref
         try:
             run, created = submit_run(
-                db, self.runtime.registry, self.runtime.artifacts, spec.flow_ref or spec.flow,
+                db, registry, self.runtime.artifacts, flow,
                 engine=self.runtime.settings.engine, params=spec.params, seed=spec.seed,
                 idempotency_key=tick_key(spec.id, tick), priority=spec.priority, schedule=spec.name,
                 schedule_tick=tick,

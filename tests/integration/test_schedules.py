@@ -175,7 +175,8 @@ def test_catchup_last_fires_once_for_the_newest_tick_missed_while_no_beat_ran(cl
     wait_for(lambda: max(ticks(client, "gap")) > last_before, 15, "the catch-up run")
     beats.stop_all()
     after = sorted(t for t in ticks(client, "gap") if t > last_before)
-    assert after[0] - last_before >= timedelta(seconds=8)  # the missed ticks got no runs of their own …
+    # At least the two ticks after the last one before the stop came while no beat ran …
+    assert after[0] - last_before >= timedelta(seconds=6)  # … and got no runs of their own …
     # … but the newest of them did, as soon as the beat looked, and then the ticks came as they came.
     assert (f"catches up (catchup=last) on 1 tick(s) missed while no beat watched it: {after[0].isoformat()}"
             in beats.log("after"))

@@ -56,10 +56,9 @@ def child(shape: str, size: int, end_to_end: bool) -> dict[str, Any]:
     from benchmarks.bench_flows import chain, fanout
     from fluksio import Settings
     from fluksio.driver.drive import drive
-    from fluksio.runs.inbox import DONE
+    from fluksio.messages import Completion, InboxMessage, NodeCall
     from fluksio.runs.runtime import Runtime
     from fluksio.runs.submit import submit_run
-    from fluksio.schemas import Grant
 
     rss_start = _status_kb("VmRSS")
     started = time.perf_counter()
@@ -87,24 +86,23 @@ def child(shape: str, size: int, end_to_end: bool) -> dict[str, Any]:
             # waits on its inbox; only then is its grant given back and its completion there. (Answering
             # inside dispatch would free the slot at once, so the driver would send every node of a
             # fan-out before taking one completion: 10,000 calls in flight, which no real worker allows.)
-            sent: list[dict[str, Any]] = []
+            sent: list[NodeCall] = []
             take = runtime.inbox.pop
 
-            def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
+            def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
                 sent.append(call)
 
-            def answer(call: dict[str, Any]) -> None:
-                grant = Grant.model_validate(call["grant"])
+            def answer(call: NodeCall) -> None:
+                grant = call.grant
                 runtime.placer.release(grant)
                 now = datetime.now(timezone.utc).isoformat()
-                node = flow.nodes[call["node"]]
-                runtime.inbox.push(call["run_id"], {
-                    "kind": DONE, "call_id": call["call_id"], "node": call["node"], "attempt": call["attempt"],
-                    "status": "ok", "machine": grant.machine, "gpus": [], "started_at": now, "finished_at": now,
-                    "outputs": {m: 0 for m in node.provides}, "artifacts": [], "logs": "",
-                })
+                node = flow.nodes[call.node]
+                runtime.inbox.push(call.run_id, Completion(
+                    call_id=call.call_id, node=call.node, attempt=call.attempt, status="ok", machine=grant.machine,
+                    started_at=now, finished_at=now, outputs={m: 0 for m in node.provides}, logs="",
+                ))
 
-            def pop(run_id: str, timeout: float) -> dict[str, Any] | None:
+            def pop(run_id: str, timeout: float) -> InboxMessage | None:
                 while sent:
                     answer(sent.pop(0))
                 return take(run_id, timeout)

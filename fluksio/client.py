@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 from fluksio.errors import BrokerUnavailable, RunRejected
 from fluksio.flows.flow import Flow
-from fluksio.runs.inbox import CANCEL
+from fluksio.messages import Cancel
 from fluksio.runs.metrics import series_of
 from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import check_priority, submit_run, validate_params
@@ -231,7 +231,7 @@ class Client:
         if ended:  # a queued run, cancelled by this call: nobody else will tell its alerts
             self.runtime.run_ended(run_rows.get_run(self.runtime.db, run_id).id, RunStatus.CANCELLED)
         if status is RunStatus.RUNNING:
-            self.runtime.inbox.push(run_rows.get_run(self.runtime.db, run_id).id, {"kind": CANCEL})
+            self.runtime.inbox.push(run_rows.get_run(self.runtime.db, run_id).id, Cancel())
         return status
 
     def placement(self) -> dict[str, Any]:

@@ -36,7 +36,18 @@ class ArtifactError(FluksioError):
 
 
 class NodeFailed(FluksioError):
-    """A node call did not produce valid outputs. Raised inside node execution only."""
+    """A node call did not produce valid outputs. Raised inside node execution only.
+
+    ``logs`` is what the call printed before it failed, reported with the error.
+    """
+
+    def __init__(self, message: str, logs: str | None = None) -> None:
+        super().__init__(message)
+        self.logs = logs
+
+
+class MessageRefused(FluksioError):
+    """A message from the broker (a node call, a completion) is not one this version of fluksio sends."""
 
 
 class PlacementError(FluksioError):

@@ -76,6 +76,8 @@ class Settings(BaseSettings):
     #: Longest an embedded worker waits for a message before running Celery's pending acknowledgements,
     #: in seconds. (It wakes at once when a message comes; kombu's default poll, 1 s, cost a second per hop.)
     memory_polling_interval_s: float = Field(default=0.001, gt=0)
+    #: The longest list (product of lists) a mapped node maps over: a longer one fails the node.
+    max_elements: int = Field(default=100_000, ge=1)
     #: Captured logs kept per node call, in characters.
     log_limit_chars: int = Field(default=64_000, ge=0)
     #: Celery task events (what Flower shows) from the start. Off, they cost four broker messages per

@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Callable, Collection
 
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from fluksio.errors import FluksioError
@@ -46,17 +45,17 @@ def sweep_once(db: Database, stale_after_s: float, spare: Collection[str] = (), 
             log.warning("run %s was queued for over %g s with no driver; handed over again", run_id,
                         stale_after_s)
             hand_over(run_id, flow, False)
-    # Unwrapped: one attempt. A sweeper that cannot reach the store must not sit in retries and then
-    # judge leases that nobody could refresh meanwhile.
+    # One attempt each: a sweeper that cannot reach the store must not sit in retries and then judge
+    # leases that nobody could refresh meanwhile.
     taken: list[str] = []
     if auto_resume and hand_over is not None:
-        for run_id, flow in run_rows.requeue_stale.__wrapped__(db, stale_after_s, drivable, spare):
+        for run_id, flow in run_rows.requeue_stale_once(db, stale_after_s, drivable, spare):
             log.warning("run %s: its driver's lease is older than %g s; resumed automatically", run_id,
                         stale_after_s)
             taken.append(run_id)
             hand_over(run_id, flow, True)
     abandon_after_s = stale_after_s * 2 if auto_resume and hand_over is not None else stale_after_s
-    for run_id in run_rows.abandon_stale.__wrapped__(db, abandon_after_s, spare):
+    for run_id in run_rows.abandon_stale_once(db, abandon_after_s, spare):
         log.warning("run %s: its driver's lease is older than %g s; marked abandoned", run_id, abandon_after_s)
         taken.append(run_id)
         if ended is not None:
@@ -94,7 +93,7 @@ class Sweeper:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             if time.monotonic() - self._reachable_since < self.stale_after_s:
-                if not self._store_reachable():
+                if not self.db.reachable():
                     self._reachable_since = time.monotonic()
                 continue
             try:
@@ -107,14 +106,6 @@ class Sweeper:
                 log.warning("lease sweep failed; trying again in %g s", self.interval_s, exc_info=True)
             except Exception:
                 log.exception("lease sweep failed; trying again in %g s", self.interval_s)
-
-    def _store_reachable(self) -> bool:
-        try:
-            with self.db.read() as session:
-                session.execute(text("SELECT 1"))
-            return True
-        except DBAPIError:
-            return False
 
     def stop(self) -> None:
         self._stop.set()

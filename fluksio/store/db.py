@@ -180,6 +180,15 @@ class Database:
         with self.write_engine.begin() as connection:
             yield connection
 
+    def reachable(self) -> bool:
+        """Whether the store answers a trivial query now (one try, no retries)."""
+        try:
+            with self.read() as session:
+                session.execute(text("SELECT 1"))
+            return True
+        except DBAPIError:
+            return False
+
     # -- schema -------------------------------------------------------------------------------
 
     def alembic_config(self) -> Any:

@@ -20,12 +20,12 @@ from fluksio.errors import ConfigError
 from fluksio.execution.isolated import die_with_parent
 from fluksio.placement.redis import RedisBooks
 from fluksio.provisioners import Poller
+from fluksio.routing import node_queues
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import Inventory
 from fluksio.settings import Settings, require_redis_broker
 from fluksio.triggers.alerts import attach_alerts, load_alert_rules
 from fluksio.worker.app import create_app, start_sweeper
-from fluksio.worker.embedded import node_queues
 from fluksio.worker.heartbeat import Heartbeat
 from fluksio.worker.idle import IdleExit, celery_busy, grants_held
 

@@ -64,3 +64,11 @@ class BrokerUnavailable(FluksioError):
 
 class ProvisionError(FluksioError):
     """A cluster could not be asked for a machine (a command failed, timed out, or is missing)."""
+
+
+class ScheduleRejected(FluksioError, ValueError):
+    """A schedule was refused when it was added (a bad cron expression, time zone, flow or parameter)."""
+
+
+class ScheduleNotFound(FluksioError, LookupError):
+    """No schedule has that name."""

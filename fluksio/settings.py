@@ -84,6 +84,31 @@ class Settings(BaseSettings):
     #: call that nobody reads; `fluksio flower` switches them on in running workers when it starts.
     task_events: bool = False
 
+    #: Alert rules (a JSON list); unset: ``config/alerts.json`` in the working directory if present, else none.
+    alerts: Path | None = None
+    #: The run explorer's address (``http://host:8585``): alerts link to ``<explorer_url>/runs/<id>``.
+    explorer_url: str | None = None
+    #: How long an alert is retried (with backoff) before it is recorded as failed, in seconds.
+    alert_retry_s: float = Field(default=300.0, ge=0)
+    #: The first pause between two tries of an alert, doubled after each (at most 60 s), in seconds.
+    alert_backoff_s: float = Field(default=1.0, gt=0)
+    #: How long one try of an alert may take (connect, send, answer), in seconds.
+    alert_timeout_s: float = Field(default=10.0, gt=0)
+    #: The SMTP server email alerts go through; unset: rules with an ``email`` target are refused.
+    smtp_host: str | None = None
+    smtp_port: int = Field(default=25, ge=1, le=65535)
+    smtp_username: str | None = None
+    smtp_password: str | None = None
+    #: ``STARTTLS`` after connecting (port 587); ``smtp_ssl``: TLS from the first byte (port 465).
+    smtp_starttls: bool = False
+    smtp_ssl: bool = False
+    #: The From address of email alerts (default: ``fluksio@<host name>``).
+    smtp_from: str | None = None
+    #: How often a beat re-reads the schedules table (added, paused, removed schedules), in seconds.
+    schedule_refresh_s: float = Field(default=5.0, gt=0)
+    #: The most missed ticks one schedule with ``catchup=all`` submits when a beat starts (the newest ones).
+    schedule_catchup_limit: int = Field(default=100, ge=1)
+
     @field_validator("flows", "labels", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:

@@ -210,6 +210,7 @@ class Driver:
         s = self.s
         ended = verdict(s.walk, s.end)
         run_rows.finish(s.rt.db, s.run_id, ended.status, ended.reason, s.walk.result(), s.epoch)
+        s.rt.run_ended(s.run_id, ended.status)
         s.rt.events.publish("run_finished", run_id=s.run_id, flow=s.flow.name, status=ended.status.value,
                             reason=ended.reason)
 

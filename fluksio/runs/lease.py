@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection
 from sqlalchemy.exc import DBAPIError
 
 from fluksio.errors import FluksioError
+from fluksio.schemas import RunStatus
 from fluksio.store import runs as run_rows
 from fluksio.store.db import Database
 
@@ -22,10 +23,13 @@ log = logging.getLogger(__name__)
 
 #: ``hand_over(run id, flow, resumed)`` gives a queued run to a driver; ``resumed``: it was just resumed here.
 HandOver = Callable[[str, str, bool], None]
+#: ``ended(run id, status)``: a run this sweeper ended (its alerts are told).
+Ended = Callable[[str, RunStatus], None]
 
 
 def sweep_once(db: Database, stale_after_s: float, spare: Collection[str] = (), drivable: Collection[str] = (),
-               hand_over: HandOver | None = None, auto_resume: bool = False) -> list[str]:
+               hand_over: HandOver | None = None, auto_resume: bool = False,
+               ended: Ended | None = None) -> list[str]:
     """Take every run whose driver's lease is stale (but those in ``spare``); returns their ids.
 
     Without ``auto_resume`` each is marked ``abandoned``. With it, those of the ``drivable`` flows go
@@ -33,7 +37,8 @@ def sweep_once(db: Database, stale_after_s: float, spare: Collection[str] = (), 
     handed over; the others are left one more stale limit to a sweeper that can load them, and then
     abandoned (no driver process has their flow). With ``hand_over``, runs of
     ``drivable`` flows queued so long that their hand-over must have been lost (a broker restart, a
-    process that stopped with it in memory) are handed over again too.
+    process that stopped with it in memory) are handed over again too. ``ended(run id, status)`` is told of
+    each run this sweep marked ``abandoned`` (its alerts).
     """
     if hand_over is not None:
         for run_id, flow in run_rows.stale_queued(db, stale_after_s, drivable):
@@ -53,6 +58,8 @@ def sweep_once(db: Database, stale_after_s: float, spare: Collection[str] = (), 
     for run_id in run_rows.abandon_stale_once(db, abandon_after_s, spare):
         log.warning("run %s: its driver's lease is older than %g s; marked abandoned", run_id, abandon_after_s)
         taken.append(run_id)
+        if ended is not None:
+            ended(run_id, RunStatus.ABANDONED)
     return taken
 
 
@@ -66,8 +73,9 @@ class Sweeper:
     def __init__(self, db: Database, stale_after_s: float, interval_s: float,
                  spare: Callable[[], Collection[str]] = frozenset,
                  drivable: Callable[[], Collection[str]] = frozenset,
-                 hand_over: HandOver | None = None, auto_resume: bool = False) -> None:
+                 hand_over: HandOver | None = None, auto_resume: bool = False, ended: Ended | None = None) -> None:
         self.db = db
+        self.ended = ended
         self.stale_after_s = stale_after_s
         self.interval_s = interval_s
         self.spare = spare
@@ -90,7 +98,7 @@ class Sweeper:
                 continue
             try:
                 sweep_once(self.db, self.stale_after_s, self.spare(), self.drivable(), self.hand_over,
-                           self.auto_resume)
+                           self.auto_resume, self.ended)
             except DBAPIError:
                 log.warning("lease sweep could not reach the run store; waiting for it", exc_info=True)
                 self._reachable_since = time.monotonic()

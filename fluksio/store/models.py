@@ -153,3 +153,50 @@ class RunArtifact(Base):
     name: Mapped[str | None] = mapped_column(String(500))
     #: The codec that encoded a typed value into these bytes (``numpy``, ``pandas`` …); ``None``: an Artifact.
     codec: Mapped[str | None] = mapped_column(String(64))
+
+
+class Schedule(Base):
+    """A named rule that submits a run per tick; every beat of the installation reads this table."""
+
+    __tablename__ = "schedules"
+
+    #: A ULID of its own: the idempotency key of a tick's run names it, so a schedule removed and added
+    #: again under the same name never finds the runs of the old one.
+    id: Mapped[str] = mapped_column(String(26), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    flow: Mapped[str] = mapped_column(String(200))
+    #: How a beat loads the flow: ``module:attr`` or ``file.py:attr`` (``None``: by its registered name).
+    flow_ref: Mapped[str | None] = mapped_column(String(1000))
+    #: Exactly one of ``cron`` (five fields, read in ``tz``) and ``every_s`` (seconds) is set.
+    cron: Mapped[str | None] = mapped_column(String(200))
+    tz: Mapped[str | None] = mapped_column(String(64))
+    every_s: Mapped[int | None] = mapped_column(BigInteger)
+    params: Mapped[dict[str, Any]] = mapped_column(JSONValue, default=dict)
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    catchup: Mapped[str] = mapped_column(String(8), default="last")
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: Moved by every change (pause, resume): a beat compares it to notice changes without a restart.
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: The newest tick a beat submitted a run for; only ever moves forward.
+    last_tick: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class AlertLog(Base):
+    """Every alert fluksio sent or gave up on, so that a failed one is never lost quietly."""
+
+    __tablename__ = "alert_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rule: Mapped[str] = mapped_column(String(100), index=True)
+    #: ``None`` for a sample sent by `fluksio alerts test`.
+    run_id: Mapped[str | None] = mapped_column(String(26), index=True)
+    status: Mapped[str] = mapped_column(String(16))
+    target: Mapped[str] = mapped_column(String(1000))
+    #: ``sent`` or ``failed``.
+    outcome: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

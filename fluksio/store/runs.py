@@ -239,6 +239,17 @@ def finish(db: Database, run_id: str, status: RunStatus, reason: str | None, res
 @retried
 def request_cancel(db: Database, run_id: str, reason: str) -> RunStatus:
     """Cancel a queued run outright, or flag a running one for its driver. Returns the status after."""
+    return _cancel(db, run_id, reason)[0]
+
+
+@retried
+def cancel_run(db: Database, run_id: str, reason: str) -> tuple[RunStatus, bool]:
+    """:func:`request_cancel`, also saying whether this call ended the run (a queued run it cancelled):
+    whoever ends a run tells its alerts, and only once."""
+    return _cancel(db, run_id, reason)
+
+
+def _cancel(db: Database, run_id: str, reason: str) -> tuple[RunStatus, bool]:
     run = get_run(db, run_id)
     with db.write() as session:
         cancelled_queued = session.execute(
@@ -253,7 +264,7 @@ def request_cancel(db: Database, run_id: str, reason: str) -> RunStatus:
                 .where(Run.id == run.id, Run.status == RunStatus.RUNNING.value)
                 .values(cancel_requested=True, status_reason=f"cancelling: {reason}")
             )
-    return RunStatus(get_run(db, run.id).status)
+    return RunStatus(get_run(db, run.id).status), bool(cancelled_queued)
 
 
 @retried
@@ -276,9 +287,12 @@ def get_run(db: Database, run_id: str) -> Run:
 
 @retried
 def list_runs(
-    db: Database, flow: str | None = None, status: str | None = None, group: str | None = None, limit: int = 50
+    db: Database, flow: str | None = None, status: str | None = None, group: str | None = None, limit: int = 50,
+    schedule: str | None = None,
 ) -> list[Run]:
     query = select(Run).order_by(Run.id.desc()).limit(limit)
+    if schedule:
+        query = query.where(Run.schedule == schedule)
     if flow:
         query = query.where(Run.flow == flow)
     if status:

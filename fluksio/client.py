@@ -9,6 +9,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,14 +17,16 @@ if TYPE_CHECKING:
 
 from fluksio.errors import BrokerUnavailable, ClientClosed, RunRejected
 from fluksio.flows.flow import Flow
-from fluksio.runs.inbox import CANCEL
+from fluksio.messages import Cancel
 from fluksio.runs.metrics import series_of
 from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import check_priority, submit_run, validate_params
-from fluksio.schemas import RunRecord, RunStatus
+from fluksio.schemas import CatchUp, RunRecord, RunStatus, ScheduleRecord
 from fluksio.settings import Settings, load_settings, redact_url, require_redis_broker
 from fluksio.store import runs as run_rows
 from fluksio.store.ids import new_run_id
+from fluksio.triggers.alerts import attach_alerts
+from fluksio.triggers.schedules import Schedules
 from fluksio.worker.app import create_app, send_drive, start_sweeper
 from fluksio.worker.embedded import EmbeddedWorkers
 
@@ -100,8 +103,16 @@ class Client:
             check_broker(settings)  # at once, not after FLUKSIO_BROKER_OUTAGE_S of retries
             self.runtime = Runtime.distributed(settings)
             self.app = create_app(settings, self.runtime)
+        #: The installation's schedules: ``client.schedules.list()``, ``.pause(name)``, ``.resume``, ``.remove``.
+        self.schedules = Schedules(self.runtime.db, self.runtime.registry)
         self._closed = False
         self._lock = threading.Lock()
+        try:
+            # Runs end here too: embedded ones, and queued ones this client cancels.
+            attach_alerts(self.runtime)
+        except Exception:
+            self.close()
+            raise
         _open_clients.add(self)
 
     # -- runs -----------------------------------------------------------------------------------
@@ -195,13 +206,30 @@ class Client:
         return RunHandle(self, run_rows.get_run(self.runtime.db, run_id).id)
 
     def runs(self, flow: str | None = None, status: str | None = None, group: str | None = None,
-             limit: int = 50) -> list[RunRecord]:
-        """Runs, newest first (their ``nodes`` are left empty: :meth:`get` one for those)."""
+             limit: int = 50, schedule: str | None = None) -> list[RunRecord]:
+        """Runs, newest first (their ``nodes`` are left empty: :meth:`get` one for those).
+
+        ``schedule``: only runs that schedule's ticks started (``RunRecord.schedule_tick`` says which tick).
+        """
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise RunRejected(f"limit must be a whole number ≥ 1, got {limit!r}")
         if status is not None and status not in {s.value for s in RunStatus}:
             raise RunRejected(f"status {status!r} is not one of {', '.join(s.value for s in RunStatus)}")
-        return [run_rows.to_record(r, []) for r in run_rows.list_runs(self.runtime.db, flow, status, group, limit)]
+        return [run_rows.to_record(r, [])
+                for r in run_rows.list_runs(self.runtime.db, flow, status, group, limit, schedule=schedule)]
+
+    def schedule(self, name: str, flow: Flow | str, *, cron: str | None = None, tz: str | None = None,
+                 every: str | int | timedelta | None = None, params: Mapping[str, Any] | None = None,
+                 seed: int | None = None, priority: int = 0, catchup: str | CatchUp = CatchUp.LAST) -> ScheduleRecord:
+        """Add a schedule: a run of ``flow`` per tick of ``cron`` (in ``tz``) or ``every`` (``"10m"``).
+
+        Fired by `fluksio beat` (or `fluksio worker --drivers --beat`). Everything is checked now — the
+        expression, the time zone, the flow and its parameters — and refused with
+        :class:`~fluksio.errors.ScheduleRejected` (or the flow's own error) rather than at the first tick.
+        """
+        self._check_open()
+        return self.schedules.add(name, flow, cron=cron, tz=tz, every=every, params=params, seed=seed,
+                                  priority=priority, catchup=catchup)
 
     def metrics(self, run_id: str) -> dict[str, list[tuple[int, float]]]:
         """Each metric's ``[(step, value), …]``, including series of nodes restored from the cache."""
@@ -209,9 +237,11 @@ class Client:
 
     def cancel(self, run_id: str, reason: str = "cancelled by request") -> RunStatus:
         """A queued run is cancelled at once; a running one is told to stop. Returns the status after."""
-        status = run_rows.request_cancel(self.runtime.db, run_id, reason)
+        status, ended = run_rows.cancel_run(self.runtime.db, run_id, reason)
+        if ended:  # a queued run, cancelled by this call: nobody else will tell its alerts
+            self.runtime.run_ended(run_rows.get_run(self.runtime.db, run_id).id, RunStatus.CANCELLED)
         if status is RunStatus.RUNNING:
-            self.runtime.inbox.push(run_rows.get_run(self.runtime.db, run_id).id, {"kind": CANCEL})
+            self.runtime.inbox.push(run_rows.get_run(self.runtime.db, run_id).id, Cancel())
         return status
 
     def placement(self) -> dict[str, Any]:

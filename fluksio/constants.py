@@ -8,6 +8,8 @@ CALL_TASK = "fluksio.call"
 DRIVERS_QUEUE = "drivers"
 #: The label of the queue for nodes that ask for no device: ``default@<machine>``.
 DEFAULT_LABEL = "default"
+#: Longest name of a flow, node, message or label: they are stored in columns of this width (and read by people).
+MAX_NAME_LENGTH = 200
 
 #: Every Redis key fluksio writes starts with this, so an installation can share a Redis database.
 KEY_PREFIX = "fluksio:"

@@ -36,7 +36,18 @@ class ArtifactError(FluksioError):
 
 
 class NodeFailed(FluksioError):
-    """A node call did not produce valid outputs. Raised inside node execution only."""
+    """A node call did not produce valid outputs. Raised inside node execution only.
+
+    ``logs`` is what the call printed before it failed, reported with the error.
+    """
+
+    def __init__(self, message: str, logs: str | None = None) -> None:
+        super().__init__(message)
+        self.logs = logs
+
+
+class MessageRefused(FluksioError):
+    """A message from the broker (a node call, a completion) is not one this version of fluksio sends."""
 
 
 class StoreUnavailable(FluksioError):
@@ -64,3 +75,11 @@ class ClientClosed(FluksioError):
 
 class ProvisionError(FluksioError):
     """A cluster could not be asked for a machine (a command failed, timed out, or is missing)."""
+
+
+class ScheduleRejected(FluksioError, ValueError):
+    """A schedule was refused when it was added (a bad cron expression, time zone, flow or parameter)."""
+
+
+class ScheduleNotFound(FluksioError, LookupError):
+    """No schedule has that name."""

@@ -132,3 +132,52 @@ class RunRecord(BaseModel):
     schedule: str | None = None
     schedule_tick: datetime | None = None
     nodes: list[NodeRecord] = Field(default_factory=list)
+
+
+class CatchUp(str, Enum):
+    """What a schedule does with ticks that came due while no beat ran (or while it was paused)."""
+
+    #: Submit one run, for the most recent missed tick.
+    LAST = "last"
+    #: Submit nothing for missed ticks.
+    NONE = "none"
+    #: Submit one run per missed tick, oldest first, up to ``schedule_catchup_limit`` (the newest ones).
+    ALL = "all"
+
+
+class ScheduleRecord(BaseModel):
+    """A schedule as stored: a cron expression (in ``tz``) or an interval, and the run each tick submits."""
+
+    name: str
+    flow: str
+    cron: str | None = None
+    tz: str | None = None
+    #: The interval of an ``--every`` schedule, in seconds; its ticks are multiples of it since the epoch.
+    every_s: int | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    seed: int | None = None
+    priority: int = 0
+    catchup: CatchUp = CatchUp.LAST
+    paused: bool = False
+    created_at: datetime
+    #: The newest tick a beat submitted a run for.
+    last_tick: datetime | None = None
+    #: The next tick (``None`` while paused).
+    next_tick: datetime | None = None
+
+
+class AlertRecord(BaseModel):
+    """One alert as the alert log keeps it: sent, or failed after its retries."""
+
+    id: int
+    rule: str
+    run_id: str | None = None
+    #: The status of the run the alert was about.
+    status: str
+    #: Where it went (a webhook's address without its query, or the email addresses).
+    target: str
+    outcome: str
+    attempts: int
+    error: str | None = None
+    created_at: datetime
+    finished_at: datetime | None = None

@@ -76,11 +76,38 @@ class Settings(BaseSettings):
     #: Longest an embedded worker waits for a message before running Celery's pending acknowledgements,
     #: in seconds. (It wakes at once when a message comes; kombu's default poll, 1 s, cost a second per hop.)
     memory_polling_interval_s: float = Field(default=0.001, gt=0)
+    #: The longest list (product of lists) a mapped node maps over: a longer one fails the node.
+    max_elements: int = Field(default=100_000, ge=1)
     #: Captured logs kept per node call, in characters.
     log_limit_chars: int = Field(default=64_000, ge=0)
     #: Celery task events (what Flower shows) from the start. Off, they cost four broker messages per
     #: call that nobody reads; `fluksio flower` switches them on in running workers when it starts.
     task_events: bool = False
+
+    #: Alert rules (a JSON list); unset: ``config/alerts.json`` in the working directory if present, else none.
+    alerts: Path | None = None
+    #: The run explorer's address (``http://host:8585``): alerts link to ``<explorer_url>/runs/<id>``.
+    explorer_url: str | None = None
+    #: How long an alert is retried (with backoff) before it is recorded as failed, in seconds.
+    alert_retry_s: float = Field(default=300.0, ge=0)
+    #: The first pause between two tries of an alert, doubled after each (at most 60 s), in seconds.
+    alert_backoff_s: float = Field(default=1.0, gt=0)
+    #: How long one try of an alert may take (connect, send, answer), in seconds.
+    alert_timeout_s: float = Field(default=10.0, gt=0)
+    #: The SMTP server email alerts go through; unset: rules with an ``email`` target are refused.
+    smtp_host: str | None = None
+    smtp_port: int = Field(default=25, ge=1, le=65535)
+    smtp_username: str | None = None
+    smtp_password: str | None = None
+    #: ``STARTTLS`` after connecting (port 587); ``smtp_ssl``: TLS from the first byte (port 465).
+    smtp_starttls: bool = False
+    smtp_ssl: bool = False
+    #: The From address of email alerts (default: ``fluksio@<host name>``).
+    smtp_from: str | None = None
+    #: How often a beat re-reads the schedules table (added, paused, removed schedules), in seconds.
+    schedule_refresh_s: float = Field(default=5.0, gt=0)
+    #: The most missed ticks one schedule with ``catchup=all`` submits when a beat starts (the newest ones).
+    schedule_catchup_limit: int = Field(default=100, ge=1)
 
     @field_validator("flows", "labels", mode="before")
     @classmethod

@@ -195,12 +195,14 @@ def sweep(flow: str, grid: tuple[str, ...], seeds: str | None, params: tuple[str
 @click.option("--flow", help="Only runs of this flow.")
 @click.option("--status", type=click.Choice([s.value for s in RunStatus]), help="Only runs in this status.")
 @click.option("--group", help="Only runs of this group (a sweep).")
+@click.option("--schedule", "schedule_name", metavar="NAME", help="Only runs that schedule's ticks started.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-def runs(flow: str | None, status: str | None, group: str | None, limit: int, as_json: bool) -> None:
+def runs(flow: str | None, status: str | None, group: str | None, schedule_name: str | None, limit: int,
+         as_json: bool) -> None:
     """List runs, newest first."""
     with _client() as client:
-        records = client.runs(flow=flow, status=status, group=group, limit=limit)
+        records = client.runs(flow=flow, status=status, group=group, limit=limit, schedule=schedule_name)
         latest = {r.id: {n: v for n, (_s, v) in latest_of(client.runtime.db, r.id).items()} for r in records}
         if as_json:
             click.echo(json.dumps([{**json.loads(r.model_dump_json()), "metrics": latest[r.id]} for r in records],
@@ -219,12 +221,14 @@ def show(run_id: str, logs_of: str | None, as_json: bool) -> None:
     with _client() as client:
         record = client.get(run_id)
         if logs_of:
-            rows = [n for n in record.nodes if n.node == logs_of]
+            # A node's name shows every row of it (each element of a mapped node); `count[3]` one element's.
+            rows = [n for n in record.nodes if logs_of in (n.node, _unit(n.node, n.index))]
             if not rows:
-                raise click.BadParameter(f"run {record.id} has no node {logs_of!r} "
-                                         f"(nodes: {', '.join(n.node for n in record.nodes)})", param_hint="--logs")
+                names = ", ".join(dict.fromkeys(n.node for n in record.nodes))
+                raise click.BadParameter(f"run {record.id} has no node {logs_of!r} (nodes: {names}; an element of "
+                                         "a mapped node is node[i])", param_hint="--logs")
             for row in rows:
-                click.echo(f"── {row.node} attempt {row.attempt} ({row.status.value}) ──")
+                click.echo(f"── {_unit(row.node, row.index)} attempt {row.attempt} ({row.status.value}) ──")
                 click.echo(row.logs or "(no output)")
             return
         if as_json:
@@ -232,6 +236,10 @@ def show(run_id: str, logs_of: str | None, as_json: bool) -> None:
             return
         db = client.runtime.db
         render.console().print(render.run_summary(record, series_of(db, record.id), artifacts_of(db, record.id)))
+
+
+def _unit(node: str, index: int | None) -> str:
+    return node if index is None else f"{node}[{index}]"
 
 
 @cli.command()
@@ -320,13 +328,14 @@ def placer(as_json: bool) -> None:
 @click.option("--ram-mb", type=int, help="RAM to offer, in MB (default: the host's).")
 @click.option("--drivers", is_flag=True, help="Also run drivers, in a process and pool of their own.")
 @click.option("--drivers-only", is_flag=True, help="Run only drivers (no node calls).")
+@click.option("--beat", is_flag=True, help="Also run `fluksio beat` (the schedules), in a process of its own.")
 @click.option("--profile", type=click.Path(dir_okay=False), help="A worker profile (TOML); flags override it.")
 @click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True),
               help="Exit after this many seconds without a node call (for provisioned workers).")
 @click.option("--loglevel", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def worker(name: str | None, labels: str | None, cpus: int | None, gpus: str | None, ram_mb: int | None,
-           drivers: bool, drivers_only: bool, profile: str | None, idle_timeout: float | None,
+           drivers: bool, drivers_only: bool, beat: bool, profile: str | None, idle_timeout: float | None,
            loglevel: str) -> None:
     """Run a Celery worker for this machine: node calls on <label>@<name> queues, drivers with --drivers."""
     from fluksio.worker.inventory import build_inventory
@@ -341,9 +350,9 @@ def worker(name: str | None, labels: str | None, cpus: int | None, gpus: str | N
     )
     drivers = drivers or base.drivers
     if drivers_only:
-        run_driver_worker(settings, inventory.name, loglevel.upper())
+        run_driver_worker(settings, inventory.name, loglevel.upper(), with_beat=beat)
     else:
-        run_node_worker(settings, inventory, drivers, loglevel.upper(), idle_timeout_s=idle_timeout)
+        run_node_worker(settings, inventory, drivers, loglevel.upper(), idle_timeout_s=idle_timeout, with_beat=beat)
 
 
 @cli.group()
@@ -384,13 +393,19 @@ def upgrade() -> None:
     database.dispose()
 
 
+from fluksio.cli.alerts import alerts  # noqa: E402
+from fluksio.cli.beat import beat  # noqa: E402
 from fluksio.cli.flower import flower  # noqa: E402
 from fluksio.cli.plot import plot  # noqa: E402
+from fluksio.cli.schedule import schedule  # noqa: E402
 from fluksio.cli.watch import watch  # noqa: E402
 
 cli.add_command(flower)
 cli.add_command(watch)
 cli.add_command(plot)
+cli.add_command(schedule)
+cli.add_command(beat)
+cli.add_command(alerts)
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,7 +16,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from fluksio.schemas import RunRecord
+from fluksio.schemas import NodeRecord, RunRecord
 
 STATUS_STYLE = {
     "ok": "green", "cached": "cyan", "running": "yellow", "queued": "blue", "error": "red",
@@ -125,18 +126,57 @@ def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
     return {i: i[:width] for i in ids}
 
 
+#: Failed elements of one mapped node that ``fluksio show`` lists one by one.
+FAILED_ELEMENTS_SHOWN = 10
+
+
 def nodes_table(record: RunRecord) -> Table:
+    """A row per node call; a mapped node's elements folded into one row (``38/40 ok, 2 error``), its
+    failed elements listed under it."""
     table = Table(show_edge=False, header_style="bold")
     for column in ("node", "status", "machine", "gpus", "attempt", "duration", "error"):
         table.add_column(column)
+    elements: dict[str, dict[int, NodeRecord]] = {}
     for n in record.nodes:
-        duration = f"{n.duration_ms / 1000:.3f}s" if n.duration_ms is not None else ""
-        error = (n.error or "").splitlines()[0] if n.error else ""
-        if n.cached_from:
-            error = f"cached from {n.cached_from}"
-        table.add_row(n.node, styled(n.status.value), n.machine or "", ",".join(map(str, n.gpus)),
-                      str(n.attempt), duration, short(error, 70))
+        if n.index is not None:
+            latest = elements.setdefault(n.node, {})
+            if n.index not in latest or n.attempt >= latest[n.index].attempt:
+                latest[n.index] = n
+    shown: set[str] = set()
+    for n in record.nodes:
+        if n.index is None:
+            _node_row(table, n.node, n)
+        elif n.node not in shown:
+            shown.add(n.node)
+            _mapped_rows(table, n.node, elements[n.node])
     return table
+
+
+def _node_row(table: Table, name: str, n: NodeRecord) -> None:
+    duration = f"{n.duration_ms / 1000:.3f}s" if n.duration_ms is not None else ""
+    error = (n.error or "").splitlines()[0] if n.error else ""
+    if n.cached_from:
+        error = f"cached from {n.cached_from}"
+    table.add_row(name, styled(n.status.value), n.machine or "", ",".join(map(str, n.gpus)), str(n.attempt),
+                  duration, short(error, 70))
+
+
+def _mapped_rows(table: Table, node: str, latest: dict[int, NodeRecord]) -> None:
+    counts = Counter(n.status.value for n in latest.values())
+    ok = counts.pop("ok", 0) + counts.pop("cached", 0)
+    status = ", ".join([f"{ok}/{len(latest)} ok", *(f"{count} {word}" for word, count in sorted(counts.items()))])
+    machines = sorted({n.machine for n in latest.values() if n.machine})
+    starts = [n.started_at for n in latest.values() if n.started_at]
+    ends = [n.finished_at for n in latest.values() if n.finished_at]
+    span = f"{(max(ends) - min(starts)).total_seconds():.3f}s" if starts and ends else ""
+    failed = [latest[i] for i in sorted(latest) if latest[i].status.value == "error"]
+    note = f"failed: {', '.join(f'{node}[{n.index}]' for n in failed[:FAILED_ELEMENTS_SHOWN])}" if failed else ""
+    if len(failed) > FAILED_ELEMENTS_SHOWN:
+        note += f" and {len(failed) - FAILED_ELEMENTS_SHOWN} more"
+    table.add_row(node, Text(status, style="red" if failed else "green"), short(", ".join(machines), 30), "",
+                  str(max(n.attempt for n in latest.values())), span, note)
+    for n in failed[:FAILED_ELEMENTS_SHOWN]:
+        _node_row(table, f"  {node}[{n.index}]", n)
 
 
 def metrics_table(series: dict[str, list[tuple[int, float]]]) -> Table:
@@ -187,7 +227,7 @@ def progress_view(record: RunRecord, total: int, latest: dict[str, tuple[int, fl
     and waiting nodes; without it the run's ``status_reason`` stands in for the waiting ones."""
     now = time.time() if now is None else now
     running, waiting = activity.snapshot() if activity is not None else ({}, {})
-    parts: list[Any] = [progress_header(record, total, running, now)]
+    parts: list[Any] = [progress_header(record, total, running, now, waiting)]
     if running or waiting:
         parts.append(activity_table(running, waiting, now))
     elif record.status_reason and not record.status.is_terminal():
@@ -197,13 +237,17 @@ def progress_view(record: RunRecord, total: int, latest: dict[str, tuple[int, fl
     return Group(*parts)
 
 
-def nodes_done(record: RunRecord, running: Mapping[str, Any] | None = None) -> int:
-    """Nodes with a final row; a node that failed and is running again (a retry) is not done."""
-    return len({n.node for n in record.nodes} - set(running or ()))
+def nodes_done(record: RunRecord, running: Mapping[str, Any] | None = None,
+               waiting: Mapping[str, Any] | None = None) -> int:
+    """Nodes with a final row; a node that failed and is running again (a retry), or a mapped node with an
+    element running or waiting (``count[3]``), is not done."""
+    busy = {unit.partition("[")[0] for unit in (*(running or ()), *(waiting or ()))}
+    return len({n.node for n in record.nodes} - busy)
 
 
-def progress_header(record: RunRecord, total: int, running: Mapping[str, Any], now: float) -> Text:
-    done = nodes_done(record, running)
+def progress_header(record: RunRecord, total: int, running: Mapping[str, Any], now: float,
+                    waiting: Mapping[str, Any] | None = None) -> Text:
+    done = nodes_done(record, running, waiting)
     text = Text.assemble(styled(record.status.value), "  ", (f"{done}/{total}", "bold"), " nodes done")
     if running:
         text.append(f" · {len(running)} running")

@@ -9,6 +9,7 @@ of completions rather than one per node.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from fluksio.runs.events import Events
@@ -24,7 +25,11 @@ WRITE_DELAY_S = 0.05
 
 
 class Journal:
-    """The rows one driver has collected and not yet written, and the events of rows written."""
+    """The rows one driver has collected and not yet written, and the events of rows written.
+
+    Invariant: an event is published only after its row is committed, so a watcher that reads the
+    row on hearing the event finds it.
+    """
 
     def __init__(self, db: Database, events: Events, run_id: str) -> None:
         self.db = db
@@ -42,6 +47,11 @@ class Journal:
         if not self._unwritten:
             self._since = time.monotonic()
         self._unwritten.append((row, artifacts or [], event))
+
+    def add_all(self, rows: Iterable[NodeRow]) -> None:
+        """Collect rows of nodes that ended without a call of their own (skipped, cancelled): no event."""
+        for row in rows:
+            self.add(row)
 
     @property
     def waiting(self) -> bool:

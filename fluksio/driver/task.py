@@ -11,6 +11,7 @@ from celery.worker import state as worker_state
 
 from fluksio.constants import CALL_TASK, DRIVE_TASK
 from fluksio.driver.drive import drive
+from fluksio.messages import NodeCall
 
 
 class CallSender:
@@ -36,15 +37,15 @@ class CallSender:
         #: The message's ``origin`` header: Celery works it out again (host name and pid) for every message.
         self._origin = anon_nodename()
 
-    def send(self, call: dict[str, Any], queue: str, display: str) -> None:
+    def send(self, call: NodeCall, queue: str, display: str) -> None:
         # What logs, events and Flower show of the call: who it is, not its inputs (Celery would
         # otherwise repr the whole call, inputs and all, for every message it sends).
-        shown = {key: call[key] for key in ("call_id", "run_id", "node", "attempt")}
         amqp = self.app.amqp
         message = amqp.create_task_message(
-            call["call_id"], CALL_TASK, (), {"call": call}, create_sent_event=self.app.conf.task_send_sent_event,
+            call.call_id, CALL_TASK, (), {"call": call.to_wire()},
+            create_sent_event=self.app.conf.task_send_sent_event,
             root_id=self.drive_id, parent_id=self.drive_id, shadow=display, ignore_result=True,
-            argsrepr="()", kwargsrepr=repr({"call": shown}), origin=self._origin,
+            argsrepr="()", kwargsrepr=repr({"call": call.shown()}), origin=self._origin,
         )
         # A broker error surfaces as the transport's own (redis-py's, say): the driver ends the call as
         # one that could not be sent, whichever library raised it.

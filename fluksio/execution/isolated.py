@@ -15,9 +15,11 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any
+from typing import Literal
 
 from fluksio.errors import NodeFailed
+from fluksio.execution.ran import Ran
+from fluksio.messages import Completion, NodeCall
 
 #: The child's report is the stdout line that starts with this.
 RESULT_MARKER = "FLUKSIO-RESULT:"
@@ -32,34 +34,29 @@ def die_with_parent() -> None:
         pass
 
 
-def run_in_child(call: dict[str, Any], gpus: tuple[int, ...], timeout_s: float | None,
-                 ) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
-    """Run the call in a child with ``CUDA_VISIBLE_DEVICES`` = ``gpus``; returns outputs, artifacts, logs."""
+def run_in_child(call: NodeCall, gpus: tuple[int, ...], timeout_s: float | None) -> Ran:
+    """Run the call in a child with ``CUDA_VISIBLE_DEVICES`` = ``gpus``; returns what it made."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "fluksio.execution.isolated"], input=json.dumps(call), capture_output=True,
-            text=True, env=env, timeout=timeout_s, preexec_fn=die_with_parent,  # noqa: PLW1509
+            [sys.executable, "-m", "fluksio.execution.isolated"], input=json.dumps(call.to_wire()),
+            capture_output=True, text=True, env=env, timeout=timeout_s, preexec_fn=die_with_parent,  # noqa: PLW1509
         )
     except subprocess.TimeoutExpired as exc:
-        failure = NodeFailed(f"node {call['node']!r} timed out after {timeout_s:g} s")
-        failure.logs = _text(exc.stdout) + _text(exc.stderr)  # type: ignore[attr-defined]
-        raise failure from None
+        raise NodeFailed(f"node {call.node!r} timed out after {timeout_s:g} s",
+                         logs=_text(exc.stdout) + _text(exc.stderr)) from None
     lines = done.stdout.splitlines()
     report = next((line for line in reversed(lines) if line.startswith(RESULT_MARKER)), None)
     noise = "\n".join(line for line in lines if not line.startswith(RESULT_MARKER))
     if report is None:
-        failure = NodeFailed(f"the process running node {call['node']!r} exited with code {done.returncode} "
-                             "before reporting")
-        failure.logs = (noise + "\n" + done.stderr).strip()  # type: ignore[attr-defined]
-        raise failure
-    result = json.loads(report[len(RESULT_MARKER):])
-    logs = "\n".join(part for part in (result.get("logs") or "", noise, done.stderr) if part)
-    if result["status"] != "ok":
-        failure = NodeFailed(result["error"])
-        failure.logs = logs  # type: ignore[attr-defined]
-        raise failure
-    return result["outputs"], result["artifacts"], logs
+        raise NodeFailed(f"the process running node {call.node!r} exited with code {done.returncode} before "
+                         "reporting", logs=(noise + "\n" + done.stderr).strip())
+    # The child reports as a completion would (the same fields, checked the same way).
+    result = Completion.from_wire(json.loads(report[len(RESULT_MARKER):]))
+    logs = "\n".join(part for part in (result.logs or "", noise, done.stderr) if part)
+    if not result.ok:
+        raise NodeFailed(result.error or "failed", logs=logs)
+    return Ran(result.outputs or {}, result.artifacts, logs)
 
 
 def _text(value: str | bytes | None) -> str:
@@ -72,27 +69,35 @@ def main() -> None:
     from fluksio.runs.runtime import Runtime
     from fluksio.settings import load_settings
 
-    call = json.loads(sys.stdin.read())
+    call = NodeCall.from_wire(json.loads(sys.stdin.read()))
     runtime = Runtime.standalone(load_settings())
+
+    def report(status: Literal["ok", "error"], ran: Ran | None = None, error: str | None = None,
+               logs: str | None = None) -> Completion:
+        return Completion(call_id=call.call_id, node=call.node, index=call.index, attempt=call.attempt, status=status,
+                          outputs=ran.outputs if ran else None, artifacts=ran.artifacts if ran else (),
+                          logs=ran.logs if ran else logs, error=error)
+
     try:
-        flow = runtime.registry.get(call["flow"])
-        claimed, here = call.get("code_digest"), runtime.registry.digest(call["flow"])
+        flow = runtime.registry.get(call.flow)
+        claimed, here = call.code_digest, runtime.registry.digest(call.flow)
         if claimed is not None and claimed != here:
             # This process imported the flow's files as they are now, not as its worker loaded them.
-            machine = call["grant"]["machine"]
-            raise NodeFailed(f"the process started on machine {machine} to run node {call['node']!r} on its "
-                             f"GPUs loaded other code for flow {call['flow']!r} than this run was claimed with "
+            machine = call.grant.machine
+            raise NodeFailed(f"the process started on machine {machine} to run node {call.node!r} on its "
+                             f"GPUs loaded other code for flow {call.flow!r} than this run was claimed with "
                              f"({short(here)} on disk there now, {short(claimed)} in the run's driver): its "
                              f"files changed since `fluksio worker` started on {machine}; restart it (or the "
                              "drivers) so that both load the same code")
-        outputs, artifacts, logs = run_node_here(runtime, flow.nodes[call["node"]], call, use_timeout=False)
-        report = {"status": "ok", "outputs": outputs, "artifacts": artifacts, "logs": logs}
+        done = report("ok", run_node_here(runtime, flow.nodes[call.node], call, use_timeout=False))
     except NodeFailed as exc:
-        report = {"status": "error", "error": str(exc), "logs": getattr(exc, "logs", None)}
+        done = report("error", error=str(exc), logs=exc.logs)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the node with it
-        report = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "logs": None}
-    sys.__stdout__.write("\n" + RESULT_MARKER + json.dumps(report) + "\n")
-    sys.__stdout__.flush()
+        done = report("error", error=f"{type(exc).__name__}: {exc}")
+    out = sys.__stdout__
+    assert out is not None  # a child started by run_in_child always has its stdout piped
+    out.write("\n" + RESULT_MARKER + json.dumps(done.to_wire()) + "\n")
+    out.flush()
 
 
 if __name__ == "__main__":

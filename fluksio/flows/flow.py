@@ -6,14 +6,15 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import TypeAdapter
 
+from fluksio.constants import MAX_NAME_LENGTH
 from fluksio.errors import FlowError
-from fluksio.flows.node import NodeSpec, check_identifier, make_node
+from fluksio.flows.node import NodeSpec, check_identifier, make_node, refuse_unknown_options
 from fluksio.flows.source import snapshot
 from fluksio.flows.validation import topological_order, validate_graph
 from fluksio.schemas import Resources
@@ -57,8 +58,9 @@ class Flow:
         inputs: dict[str, Any] | None = None,
         outputs: Sequence[str] | None = None,
     ) -> None:
-        if not isinstance(name, str) or not FLOW_NAME.match(name) or len(name) > 200:
-            raise FlowError(f"flow name {name!r} is not valid; use up to 200 letters, digits, '_', '-' or '.'")
+        if not isinstance(name, str) or not FLOW_NAME.match(name) or len(name) > MAX_NAME_LENGTH:
+            raise FlowError(f"flow name {name!r} is not valid; use up to {MAX_NAME_LENGTH} letters, digits, '_', "
+                            "'-' or '.'")
         self.name = name
         self.inputs: dict[str, InputSpec] = {}
         for input_name, spec in (inputs or {}).items():
@@ -102,14 +104,26 @@ class Flow:
         retries: int = 0,
         timeout_s: float | None = None,
         cache: bool = True,
+        map: Mapping[str, str] | None = None,
+        max_parallel: int | None = None,
+        when: str | None = None,
+        unless: str | None = None,
+        **unknown: Any,
     ) -> Any:
-        """Declare a node: ``@flow.node`` or ``@flow.node(provides="x", ...)``. Returns the function unchanged."""
+        """Declare a node: ``@flow.node`` or ``@flow.node(provides="x", ...)``. Returns the function unchanged.
+
+        ``map={"shard": "shards"}`` calls it once per element of the list ``shards`` (the node then provides
+        lists, in element order); ``when="better"`` runs it only when ``better`` is truthy (``unless``:
+        falsy), else it is skipped, and so are the nodes that need what it provides (but for parameters
+        with a default, which get their default).
+        """
+        refuse_unknown_options(f"@{self.name}.node", unknown)
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
             spec = make_node(
                 func, flow_name=self.name, name=name, provides=provides, requires=requires, streams=streams,
                 device=device, device_policy=device_policy, resources=resources, retries=retries,
-                timeout_s=timeout_s, cache=cache,
+                timeout_s=timeout_s, cache=cache, mapped=map, max_parallel=max_parallel, when=when, unless=unless,
             )
             if spec.name in self.nodes:
                 raise FlowError(f"flow {self.name!r} already has a node named {spec.name!r}; pass name= to rename")
@@ -148,7 +162,7 @@ class Flow:
         shape = {
             "inputs": sorted(self.inputs),
             "outputs": self.outputs,
-            "nodes": [[n.name, n.requires, n.provides, n.streams] for n in self.nodes.values()],
+            "nodes": [[n.name, n.requires, n.provides, n.streams, n.map, n.conditions] for n in self.nodes.values()],
         }
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 

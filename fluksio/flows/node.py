@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import keyword
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
+from fluksio.constants import MAX_NAME_LENGTH
 from fluksio.errors import FlowError
 from fluksio.schemas import DevicePolicy, Resources
 
 #: The parameter through which a node emits streaming values; never a message.
 EMIT_PARAMETER = "emit"
-
-
-#: Names are stored in columns of this width (and read by people): longer ones are refused.
-MAX_NAME_LENGTH = 200
 
 
 def check_identifier(kind: str, value: Any, where: str) -> str:
@@ -31,7 +29,12 @@ def check_identifier(kind: str, value: Any, where: str) -> str:
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """A Python function as a graph node: what it requires, provides, streams and needs to run."""
+    """A Python function as a graph node: what it requires, provides, streams and needs to run.
+
+    ``requires[i]`` is the message bound to parameter ``params[i]``. A mapped node (``map``) is called
+    once per element of the product of its mapped messages; each of its messages is then the list of
+    its elements' values. ``when``/``unless`` name messages whose truth decides whether it runs at all.
+    """
 
     name: str
     fn: Callable[..., Any] = field(repr=False, compare=False)
@@ -45,11 +48,57 @@ class NodeSpec:
     timeout_s: float | None = None
     cache: bool = True
     takes_emit: bool = False
+    #: The function's parameter bound to each required message, in the same order.
+    params: tuple[str, ...] = ()
+    #: Required messages whose parameter has a default: a skipped provider leaves them to the default.
+    optional: frozenset[str] = frozenset()
+    #: ``(parameter, message)`` of each mapped parameter, in declaration order (the first varies slowest).
+    map: tuple[tuple[str, str], ...] = ()
+    #: Runs only when this message is truthy / falsy.
+    when: str | None = None
+    unless: str | None = None
+    #: Most elements of a mapped node that run at once (``None``: as many as the machines grant).
+    max_parallel: int | None = None
 
     @property
     def messages(self) -> tuple[str, ...]:
         """Every message this node makes: its provides and its streams."""
         return self.provides + self.streams
+
+    @property
+    def mapped(self) -> tuple[str, ...]:
+        """The messages mapped over, in the order of ``map``."""
+        return tuple(message for _param, message in self.map)
+
+    @property
+    def conditions(self) -> tuple[str, ...]:
+        """The messages ``when`` and ``unless`` name: needed before the node can run, not passed to it."""
+        return tuple(m for m in (self.when, self.unless) if m is not None)
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """Every message that must exist (or be skipped) before the node is decided: its inputs and conditions."""
+        return self.requires + tuple(m for m in self.conditions if m not in self.requires)
+
+    def param_of(self, message: str) -> str:
+        """The parameter a required message is bound to."""
+        return self.params[self.requires.index(message)] if self.params else message
+
+
+#: What ``@flow.node(...)`` accepts, for the message that names a misspelt option.
+NODE_OPTIONS = ("name", "provides", "requires", "streams", "device", "device_policy", "resources", "retries",
+                "timeout_s", "cache", "map", "max_parallel", "when", "unless")
+
+
+def refuse_unknown_options(where: str, unknown: Mapping[str, Any], known: Sequence[str] = NODE_OPTIONS) -> None:
+    """A misspelt option is an error that names the options there are (and the likely one)."""
+    if not unknown:
+        return
+    parts = []
+    for option in sorted(unknown):
+        close = difflib.get_close_matches(option, known, n=1)
+        parts.append(f"{option!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise FlowError(f"{where} got unknown option(s) {', '.join(parts)}; the options are: {', '.join(known)}")
 
 
 def make_node(
@@ -66,6 +115,10 @@ def make_node(
     retries: int,
     timeout_s: float | None,
     cache: bool,
+    mapped: Mapping[str, str] | None = None,
+    max_parallel: int | None = None,
+    when: str | None = None,
+    unless: str | None = None,
 ) -> NodeSpec:
     if not callable(fn):
         raise FlowError(f"@{flow_name}.node must decorate a function, got {type(fn).__name__}")
@@ -103,6 +156,22 @@ def make_node(
                 f"takes {len(positional)} parameter(s) ({', '.join(positional) or 'none'}), {len(mandatory)} of them "
                 "without a default; give one message per parameter, in order"
             )
+    bound = tuple(positional[:len(required)])
+    mapping = _mapping(mapped, bound, where)
+    required = tuple(mapping.get(param, message) for param, message in zip(bound, required))
+    mapped_too = sorted({m for m in required if m in mapping.values() and required.count(m) > 1})
+    if mapped_too:
+        raise FlowError(f"{where} maps over {mapped_too[0]!r} and also takes it whole under the same name; a "
+                        "message is either mapped over or passed whole: rename the parameter that takes it whole, "
+                        "or drop it from map=")
+    conditions = [(kind, check_identifier(f"{kind} message", value, where))
+                  for kind, value in (("when", when), ("unless", unless)) if value is not None]
+    if max_parallel is not None:
+        if not mapping:
+            raise FlowError(f"{where}: max_parallel caps how many elements of a mapped node run at once; the node "
+                            "has no map=")
+        if not isinstance(max_parallel, int) or isinstance(max_parallel, bool) or max_parallel < 1:
+            raise FlowError(f"{where}: max_parallel must be a whole number ≥ 1, got {max_parallel!r}")
     if stream_names and not takes_emit:
         raise FlowError(f"{where} streams {', '.join(stream_names)} but its function has no "
                         f"'{EMIT_PARAMETER}' parameter")
@@ -129,8 +198,26 @@ def make_node(
     return NodeSpec(
         name=node_name, fn=fn, requires=required, provides=provided, streams=stream_names, device=device,
         device_policy=policy, resources=res, retries=retries, timeout_s=float(timeout_s) if timeout_s else None,
-        cache=bool(cache), takes_emit=takes_emit,
+        cache=bool(cache), takes_emit=takes_emit, params=bound,
+        optional=frozenset(m for p, m in zip(bound, required) if p in optional and p not in mapping),
+        map=tuple((param, mapping[param]) for param in mapping), when=dict(conditions).get("when"),
+        unless=dict(conditions).get("unless"), max_parallel=max_parallel,
     )
+
+
+def _mapping(mapped: Mapping[str, str] | None, params: tuple[str, ...], where: str) -> dict[str, str]:
+    """``map=`` checked: each key one of the parameters bound to messages, each value a message name."""
+    if mapped is None:
+        return {}
+    if not isinstance(mapped, Mapping) or not mapped:
+        raise FlowError(f"{where}: map must be a non-empty dict of parameter to the list-valued message it maps "
+                        f"over, e.g. map={{'shard': 'shards'}}; got {mapped!r}")
+    for param, message in mapped.items():
+        if param not in params:
+            raise FlowError(f"{where}: map key {param!r} is not a parameter of the node (its parameters: "
+                            f"{', '.join(params) or 'none'})")
+        check_identifier("mapped message", message, where)
+    return dict(mapped)
 
 
 def _parameters(fn: Callable[..., Any], where: str) -> tuple[list[str], set[str]]:
@@ -145,6 +232,10 @@ def _parameters(fn: Callable[..., Any], where: str) -> tuple[list[str], set[str]
             raise FlowError(f"{where}: *args/**kwargs cannot be bound to messages; name each parameter")
         if parameter.kind is parameter.KEYWORD_ONLY and parameter.name != EMIT_PARAMETER:
             raise FlowError(f"{where}: keyword-only parameter {parameter.name!r} cannot be bound; make it positional")
+        if parameter.kind is parameter.POSITIONAL_ONLY:
+            # Arguments are passed by name, so that a skipped message can leave its parameter to its default.
+            raise FlowError(f"{where}: positional-only parameter {parameter.name!r} cannot be bound by name; "
+                            "remove the '/' from the signature")
         names.append(parameter.name)
         if parameter.default is not parameter.empty:
             optional.add(parameter.name)

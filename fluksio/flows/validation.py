@@ -35,7 +35,8 @@ def validate_graph(
         raise FlowError(f"flow {flow_name!r} has no nodes; add one with @flow.node")
     providers = providers_of(inputs, nodes, flow_name)
     missing = sorted(
-        f"{m!r} (required by {node.name!r})" for node in nodes.values() for m in node.requires if m not in providers
+        f"{m!r} ({'required by' if m in node.requires else 'the condition of'} {node.name!r})"
+        for node in nodes.values() for m in node.needs if m not in providers
     )
     if missing:
         known = ", ".join(sorted(providers)) or "none"
@@ -58,7 +59,7 @@ def validate_graph(
 def find_cycle(nodes: Mapping[str, NodeSpec], providers: Mapping[str, str]) -> list[str]:
     """One cycle as a list of node names (first repeated last), or ``[]``."""
     upstream = {
-        name: sorted({providers[m] for m in node.requires if providers.get(m, INPUT) != INPUT})
+        name: sorted({providers[m] for m in node.needs if providers.get(m, INPUT) != INPUT})
         for name, node in nodes.items()
     }
     white, grey, black = 0, 1, 2
@@ -95,7 +96,7 @@ def topological_order(nodes: Mapping[str, NodeSpec], providers: Mapping[str, str
     while remaining:
         progressed = False
         for name in list(remaining):
-            deps = {providers[m] for m in nodes[name].requires if providers[m] != INPUT}
+            deps = {providers[m] for m in nodes[name].needs if providers[m] != INPUT}
             if deps <= placed:
                 order.append(name)
                 placed.add(name)

@@ -40,6 +40,8 @@ class Request:
     policy: DevicePolicy = DevicePolicy.REQUIRE
     run_id: str | None = None
     node: str | None = None
+    #: Who waits, when it is more than one call (``12 of 40 elements``): said with the reason it waits.
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,12 +119,13 @@ class Placer:
         if outcome is None:  # machines attaching and leaving under every attempt: an attach will wake us
             outcome = Waiting("waiting while the attached machines change")
         if isinstance(outcome, Waiting):
+            reason = f"{request.detail} {outcome.reason}" if request.detail else outcome.reason
             with self._lock:
-                unchanged = self._noted.get(request.call_id) == outcome.reason
-                self._noted[request.call_id] = outcome.reason
+                unchanged = self._noted.get(request.call_id) == reason
+                self._noted[request.call_id] = reason
             if not unchanged:
-                self.books.note_waiting(WaitingCall(request.call_id, request.run_id, request.node,
-                                                    outcome.reason, time.time()))
+                self.books.note_waiting(WaitingCall(request.call_id, request.run_id, request.node, reason,
+                                                    time.time()))
         else:
             with self._lock:
                 waited = self._noted.pop(request.call_id, None) is not None

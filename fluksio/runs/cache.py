@@ -9,44 +9,28 @@ An entry whose artifacts are gone is a miss; so is any lookup that fails.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy import select
 
 from fluksio.artifacts.artifact import find_refs
 from fluksio.artifacts.store import ArtifactStore
-from fluksio.schemas import NodeStatus
+from fluksio.runs.cache_key import CacheHit
 from fluksio.store.db import Database
-from fluksio.store.models import RunNode
+from fluksio.store.nodes import cache_entries
 
 log = logging.getLogger(__name__)
 
-@dataclass(frozen=True)
-class CacheHit:
-    #: The run whose call produced the outputs (never a run that itself restored them).
-    run_id: str
-    outputs: dict[str, Any]
+#: Entries looked at per lookup, newest first: past the first whose artifacts are all there, none is read.
+ENTRIES_LOOKED_AT = 20
 
 
 def lookup(db: Database, artifacts: ArtifactStore, key: str) -> CacheHit | None:
     """The newest usable entry for ``key``; ``None`` on a miss, also when the lookup itself fails."""
     try:
-        with db.read() as session:
-            rows = session.execute(
-                select(RunNode.run_id, RunNode.cached_from, RunNode.outputs)
-                .where(RunNode.cache_key == key,
-                       RunNode.status.in_([NodeStatus.OK.value, NodeStatus.CACHED.value]))
-                .order_by(RunNode.id.desc())
-                .limit(20)
-            ).all()
-        for run_id, cached_from, outputs in rows:
+        for run_id, element, outputs in cache_entries(db, key, ENTRIES_LOOKED_AT):
             if outputs is None:
                 continue
             if all(artifacts.exists(ref["$artifact"]["digest"]) for ref in find_refs(outputs)):
-                return CacheHit(cached_from or run_id, outputs)
+                return CacheHit(run_id, outputs, element)
         return None
     except Exception:
         log.warning("cache lookup for %s failed; running the node instead", key, exc_info=True)
         return None
-

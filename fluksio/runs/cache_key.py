@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from fluksio.flows.node import NodeSpec
@@ -26,6 +27,8 @@ def cache_key(flow: str, node: NodeSpec, code_digest: str | None, inputs: dict[s
         "flow": flow, "node": node.name, "requires": list(node.requires), "provides": list(node.provides),
         "streams": list(node.streams), "code": code_digest, "inputs": inputs,
     }
+    if node.map:  # an element: its inputs hold its own values of the mapped messages
+        identity["map"] = [list(pair) for pair in node.map]
     return "sha256:" + hashlib.sha256(canonical(identity).encode()).hexdigest()
 
 
@@ -39,3 +42,10 @@ def cacheable(outputs: dict[str, Any] | None) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class CacheHit:
+    #: The run whose call produced the outputs (never a run that itself restored them), and the element
+    #: of its mapped node that did (``None``: the node was not mapped there).
+    run_id: str
+    outputs: dict[str, Any]
+    element: int | None = None

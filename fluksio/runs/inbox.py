@@ -10,28 +10,36 @@ is also moved to a *taken* list, so a message whose reply was lost on the way
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import threading
 from abc import ABC, abstractmethod
 from typing import Any
 
 from fluksio.constants import INBOX_KEY, TAKEN_SUFFIX
-from fluksio.errors import ConfigError
+from fluksio.errors import ConfigError, MessageRefused
+from fluksio.messages import InboxMessage, Wake, inbox_message_from_wire
 
-#: Message kinds.
-DONE, WAKE, CANCEL = "done", "wake", "cancel"
+log = logging.getLogger(__name__)
 
 
 class Inbox(ABC):
-    @abstractmethod
-    def push(self, run_id: str, message: dict[str, Any]) -> None: ...
+    """One queue of messages per run, for the run's driver: completions, wake-ups and cancel requests.
+
+    Invariants: a message pushed is kept until a driver takes it (a busy driver loses nothing);
+    messages of one run are taken in the order they were pushed; an inbox is dropped (``close``) only
+    by the driver that owns the run, once the run is over for it.
+    """
 
     @abstractmethod
-    def pop(self, run_id: str, timeout: float) -> dict[str, Any] | None:
+    def push(self, run_id: str, message: InboxMessage) -> None: ...
+
+    @abstractmethod
+    def pop(self, run_id: str, timeout: float) -> InboxMessage | None:
         """The next message for the run, waiting up to ``timeout`` seconds; ``None`` when none came."""
 
     @abstractmethod
-    def drain(self, run_id: str, limit: int) -> list[dict[str, Any]]:
+    def drain(self, run_id: str, limit: int) -> list[InboxMessage]:
         """Up to ``limit`` messages already waiting for the run, oldest first, without waiting for more.
 
         A driver that took one completion takes the others that came meanwhile, and handles them in one go.
@@ -44,7 +52,7 @@ class Inbox(ABC):
     def leave(self, run_id: str) -> None:
         """Stop using the run's inbox without removing it: another driver has the run now."""
 
-    def recover(self, run_id: str) -> list[dict[str, Any]]:
+    def recover(self, run_id: str) -> list[InboxMessage]:
         """Messages taken off the inbox lately, oldest first: those whose reply never reached the driver are
         among them. Called when a call's completion is overdue; the caller skips what it has handled already.
         """
@@ -58,35 +66,39 @@ class Inbox(ABC):
         """
 
     def wake(self, run_id: str) -> None:
-        self.push(run_id, {"kind": WAKE})
+        self.push(run_id, WAKE_UP)
+
+
+#: Wake-ups carry nothing: one object serves them all.
+WAKE_UP = Wake()
 
 
 class MemoryInbox(Inbox):
-    """Inboxes as in-process queues (the embedded default)."""
+    """Inboxes as in-process queues (the embedded default): the message objects travel as they are."""
 
     def __init__(self) -> None:
-        self._queues: dict[str, queue.SimpleQueue[dict[str, Any]]] = {}
+        self._queues: dict[str, queue.SimpleQueue[InboxMessage]] = {}
         self._lock = threading.Lock()
 
-    def _queue(self, run_id: str) -> queue.SimpleQueue[dict[str, Any]]:
+    def _queue(self, run_id: str) -> queue.SimpleQueue[InboxMessage]:
         with self._lock:
             found = self._queues.get(run_id)
             if found is None:
                 found = self._queues[run_id] = queue.SimpleQueue()
             return found
 
-    def push(self, run_id: str, message: dict[str, Any]) -> None:
+    def push(self, run_id: str, message: InboxMessage) -> None:
         self._queue(run_id).put(message)
 
-    def pop(self, run_id: str, timeout: float) -> dict[str, Any] | None:
+    def pop(self, run_id: str, timeout: float) -> InboxMessage | None:
         try:
             return self._queue(run_id).get(timeout=timeout)
         except queue.Empty:
             return None
 
-    def drain(self, run_id: str, limit: int) -> list[dict[str, Any]]:
+    def drain(self, run_id: str, limit: int) -> list[InboxMessage]:
         found = self._queue(run_id)
-        taken: list[dict[str, Any]] = []
+        taken: list[InboxMessage] = []
         while len(taken) < limit:
             try:
                 taken.append(found.get_nowait())
@@ -104,7 +116,9 @@ class RedisInbox(Inbox):
 
     Taking moves a message to the run's *taken* list in the same command (BLMOVE, or one script for a
     batch): if the connection drops before the reply arrives, redis-py sends the command again and the
-    first message is not gone but on that list, where :meth:`recover` finds it.
+    first message is not gone but on that list, where :meth:`recover` finds it. A message on the list
+    that is not one fluksio sends (another version's, or anyone's who can write to the Redis) is logged
+    and dropped as it is taken, never handed to the driver.
     """
 
     #: An inbox nobody drains (its driver died and the run was never resumed) expires, in seconds.
@@ -133,14 +147,14 @@ return items
     def _keys(run_id: str) -> tuple[str, str]:
         return INBOX_KEY + run_id, INBOX_KEY + run_id + TAKEN_SUFFIX
 
-    def push(self, run_id: str, message: dict[str, Any]) -> None:
+    def push(self, run_id: str, message: InboxMessage) -> None:
         key = INBOX_KEY + run_id
         pipe = self.redis.pipeline(transaction=False)
-        pipe.rpush(key, json.dumps(message))
+        pipe.rpush(key, json.dumps(message.to_wire()))
         pipe.expire(key, self.TTL_S)
         pipe.execute()
 
-    def pop(self, run_id: str, timeout: float) -> dict[str, Any] | None:
+    def pop(self, run_id: str, timeout: float) -> InboxMessage | None:
         key, taken = self._keys(run_id)
         if timeout <= 0:
             raw = self._needs_62(self.redis.lmove, key, taken, "LEFT", "RIGHT")
@@ -154,13 +168,24 @@ return items
             # resumed, nothing else would ever remove it.
             self.redis.expire(taken, self.TTL_S)
             self._expiring.add(run_id)
-        return json.loads(raw)
+        return self._read(run_id, raw)
 
-    def drain(self, run_id: str, limit: int) -> list[dict[str, Any]]:
-        return [json.loads(item) for item in self._drain(keys=self._keys(run_id), args=[limit, self.TTL_S])]
+    def drain(self, run_id: str, limit: int) -> list[InboxMessage]:
+        return self._read_all(run_id, self._drain(keys=self._keys(run_id), args=[limit, self.TTL_S]))
 
-    def recover(self, run_id: str) -> list[dict[str, Any]]:
-        return [json.loads(item) for item in self.redis.lrange(self._keys(run_id)[1], 0, -1)]
+    def recover(self, run_id: str) -> list[InboxMessage]:
+        return self._read_all(run_id, self.redis.lrange(self._keys(run_id)[1], 0, -1))
+
+    def _read_all(self, run_id: str, raws: list[bytes]) -> list[InboxMessage]:
+        return [message for raw in raws if (message := self._read(run_id, raw)) is not None]
+
+    @staticmethod
+    def _read(run_id: str, raw: bytes) -> InboxMessage | None:
+        try:
+            return inbox_message_from_wire(json.loads(raw))
+        except (ValueError, MessageRefused) as exc:  # ValueError: not JSON at all
+            log.error("run %s: dropping a message on its inbox that fluksio did not send: %s", run_id, exc)
+            return None
 
     def forget_taken(self, run_id: str) -> None:
         taken = self._keys(run_id)[1]

@@ -11,10 +11,10 @@ import threading
 import time
 from collections.abc import Callable, Collection
 
-from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from fluksio.errors import FluksioError
+from fluksio.schemas import RunStatus
 from fluksio.store import runs as run_rows
 from fluksio.store.db import Database
 
@@ -23,10 +23,13 @@ log = logging.getLogger(__name__)
 
 #: ``hand_over(run id, flow, resumed)`` gives a queued run to a driver; ``resumed``: it was just resumed here.
 HandOver = Callable[[str, str, bool], None]
+#: ``ended(run id, status)``: a run this sweeper ended (its alerts are told).
+Ended = Callable[[str, RunStatus], None]
 
 
 def sweep_once(db: Database, stale_after_s: float, spare: Collection[str] = (), drivable: Collection[str] = (),
-               hand_over: HandOver | None = None, auto_resume: bool = False) -> list[str]:
+               hand_over: HandOver | None = None, auto_resume: bool = False,
+               ended: Ended | None = None) -> list[str]:
     """Take every run whose driver's lease is stale (but those in ``spare``); returns their ids.
 
     Without ``auto_resume`` each is marked ``abandoned``. With it, those of the ``drivable`` flows go
@@ -34,26 +37,29 @@ def sweep_once(db: Database, stale_after_s: float, spare: Collection[str] = (), 
     handed over; the others are left one more stale limit to a sweeper that can load them, and then
     abandoned (no driver process has their flow). With ``hand_over``, runs of
     ``drivable`` flows queued so long that their hand-over must have been lost (a broker restart, a
-    process that stopped with it in memory) are handed over again too.
+    process that stopped with it in memory) are handed over again too. ``ended(run id, status)`` is told of
+    each run this sweep marked ``abandoned`` (its alerts).
     """
     if hand_over is not None:
         for run_id, flow in run_rows.stale_queued(db, stale_after_s, drivable):
             log.warning("run %s was queued for over %g s with no driver; handed over again", run_id,
                         stale_after_s)
             hand_over(run_id, flow, False)
-    # Unwrapped: one attempt. A sweeper that cannot reach the store must not sit in retries and then
-    # judge leases that nobody could refresh meanwhile.
+    # One attempt each: a sweeper that cannot reach the store must not sit in retries and then judge
+    # leases that nobody could refresh meanwhile.
     taken: list[str] = []
     if auto_resume and hand_over is not None:
-        for run_id, flow in run_rows.requeue_stale.__wrapped__(db, stale_after_s, drivable, spare):
+        for run_id, flow in run_rows.requeue_stale_once(db, stale_after_s, drivable, spare):
             log.warning("run %s: its driver's lease is older than %g s; resumed automatically", run_id,
                         stale_after_s)
             taken.append(run_id)
             hand_over(run_id, flow, True)
     abandon_after_s = stale_after_s * 2 if auto_resume and hand_over is not None else stale_after_s
-    for run_id in run_rows.abandon_stale.__wrapped__(db, abandon_after_s, spare):
+    for run_id in run_rows.abandon_stale_once(db, abandon_after_s, spare):
         log.warning("run %s: its driver's lease is older than %g s; marked abandoned", run_id, abandon_after_s)
         taken.append(run_id)
+        if ended is not None:
+            ended(run_id, RunStatus.ABANDONED)
     return taken
 
 
@@ -67,8 +73,9 @@ class Sweeper:
     def __init__(self, db: Database, stale_after_s: float, interval_s: float,
                  spare: Callable[[], Collection[str]] = frozenset,
                  drivable: Callable[[], Collection[str]] = frozenset,
-                 hand_over: HandOver | None = None, auto_resume: bool = False) -> None:
+                 hand_over: HandOver | None = None, auto_resume: bool = False, ended: Ended | None = None) -> None:
         self.db = db
+        self.ended = ended
         self.stale_after_s = stale_after_s
         self.interval_s = interval_s
         self.spare = spare
@@ -86,12 +93,12 @@ class Sweeper:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             if time.monotonic() - self._reachable_since < self.stale_after_s:
-                if not self._store_reachable():
+                if not self.db.reachable():
                     self._reachable_since = time.monotonic()
                 continue
             try:
                 sweep_once(self.db, self.stale_after_s, self.spare(), self.drivable(), self.hand_over,
-                           self.auto_resume)
+                           self.auto_resume, self.ended)
             except DBAPIError:
                 log.warning("lease sweep could not reach the run store; waiting for it", exc_info=True)
                 self._reachable_since = time.monotonic()
@@ -99,14 +106,6 @@ class Sweeper:
                 log.warning("lease sweep failed; trying again in %g s", self.interval_s, exc_info=True)
             except Exception:
                 log.exception("lease sweep failed; trying again in %g s", self.interval_s)
-
-    def _store_reachable(self) -> bool:
-        try:
-            with self.db.read() as session:
-                session.execute(text("SELECT 1"))
-            return True
-        except DBAPIError:
-            return False
 
     def stop(self) -> None:
         self._stop.set()

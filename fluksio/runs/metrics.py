@@ -63,13 +63,19 @@ def _following_cache(db: Database, run_id: str, read: Callable[[Database, str], 
     """``read`` for the run, plus, for each node restored from the cache, what ``read`` gives for the run
     that made its outputs (only the names that node streams)."""
     found = read(db, run_id)
+    origins: dict[str, dict[str, T]] = {}
     for row in node_rows(db, run_id):
         if row.cached_from and row.outputs:
-            origin = read(db, row.cached_from)
-            for name in row.outputs:
-                if name in origin and name not in found:
-                    found[name] = origin[name]
-    return dict(sorted(found.items()))
+            if row.cached_from not in origins:
+                origins[row.cached_from] = read(db, row.cached_from)
+            origin = origins[row.cached_from]
+            for message in row.outputs:
+                # An element's series carry its index, here and in the run it came from (which may differ).
+                name = message if row.element < 0 else f"{message}[{row.element}]"
+                there = message if row.cached_element is None else f"{message}[{row.cached_element}]"
+                if there in origin and name not in found:
+                    found[name] = origin[there]
+    return dict(sorted(found.items(), key=lambda item: _series_order(item[0])))
 
 
 def series_of(db: Database, run_id: str) -> dict[str, list[tuple[int, float]]]:
@@ -80,3 +86,9 @@ def series_of(db: Database, run_id: str) -> dict[str, list[tuple[int, float]]]:
 def latest_of(db: Database, run_id: str) -> dict[str, tuple[int, float]]:
     """Each metric's newest ``(step, value)``, following cached nodes like :func:`series_of`."""
     return _following_cache(db, run_id, latest_metrics)
+
+
+def _series_order(name: str) -> tuple[str, int]:
+    """``loss`` before ``loss[0]`` before ``loss[2]`` before ``loss[10]``: elements in index order."""
+    base, _, index = name.partition("[")
+    return base, int(index[:-1]) if index[:-1].isdigit() else -1

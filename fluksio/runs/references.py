@@ -10,14 +10,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sqlalchemy import select
-
 from fluksio.artifacts.artifact import DIGEST_PATTERN, REF_KEY, find_refs
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import RunNotFound, RunRejected
 from fluksio.schemas import RunStatus
 from fluksio.store.db import Database
 from fluksio.store.models import RunArtifact
+from fluksio.store.nodes import artifact_by_digest, artifact_of_run
 from fluksio.store.runs import get_run, node_rows
 
 RUN_REFERENCE = re.compile(r"@run:(?P<run>[0-9A-Za-z]+)\.(?P<output>[A-Za-z_][A-Za-z0-9_]*)")
@@ -53,11 +52,7 @@ def _run_output(db: Database, artifacts: ArtifactStore, name: str, value: str) -
         found = made[output]
         _check_bytes(artifacts, name, found)
         return found
-    with db.read() as session:
-        made_artifact = session.scalars(
-            select(RunArtifact).where(RunArtifact.run_id == run.id,
-                                      (RunArtifact.message == output) | (RunArtifact.name == output))
-        ).first()
+    made_artifact = artifact_of_run(db, run.id, output)
     if made_artifact is not None:
         return _artifact_ref(made_artifact, artifacts, name)
     state = "" if run.status == RunStatus.OK.value else f" (it ended {run.status})"
@@ -70,8 +65,7 @@ def _artifact(db: Database, artifacts: ArtifactStore, name: str, value: str) -> 
     if not DIGEST_PATTERN.fullmatch(value):
         raise RunRejected(f"parameter {name!r}: {value!r} is not an artifact digest; expected 'sha256:' and "
                           "64 lowercase hex characters")
-    with db.read() as session:
-        row = session.scalars(select(RunArtifact).where(RunArtifact.digest == value)).first()
+    row = artifact_by_digest(db, value)
     if row is None:
         raise RunRejected(f"parameter {name!r}: no run produced an artifact {value}")
     return _artifact_ref(row, artifacts, name)

@@ -7,7 +7,7 @@ import os
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from fluksio.artifacts.local import LocalArtifactStore
 from fluksio.artifacts.store import ArtifactStore
@@ -17,7 +17,7 @@ from fluksio.provisioners.base import Provisioner
 from fluksio.runs.contact import open_store
 from fluksio.runs.events import Events, MemoryEvents, RedisEvents
 from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
-from fluksio.schemas import Inventory
+from fluksio.schemas import Inventory, RunStatus
 from fluksio.settings import Settings
 from fluksio.store.db import Database
 
@@ -25,6 +25,15 @@ if TYPE_CHECKING:
     from redis import Redis
 
 log = logging.getLogger(__name__)
+
+
+class RunEndListener(Protocol):
+    """Told of every run that ends in this process, after its end is written (fluksio/triggers/alerts.py)."""
+
+    def run_ended(self, run_id: str, status: RunStatus) -> None:
+        """Must return at once: the caller may be a driver's loop."""
+
+    def close(self, wait_s: float | None = None) -> None: ...
 
 
 @dataclass
@@ -46,6 +55,9 @@ class Runtime:
     stopping: threading.Event = field(default_factory=threading.Event)
     #: Starts machines on demand (Slurm), when the installation has profiles; distributed mode only.
     provisioner: Provisioner | None = None
+    #: The alert dispatcher, when the installation has alert rules (``fluksio.triggers.alerts.attach_alerts``
+    #: builds it from the settings: the front doors and driver processes call it, as they start).
+    alerts: RunEndListener | None = None
 
     @classmethod
     def embedded(cls, settings: Settings) -> Runtime:
@@ -94,7 +106,18 @@ class Runtime:
             except Exception:  # the broker may be what is going away
                 log.debug("could not wake the driver of %s", run_id, exc_info=True)
 
+    def run_ended(self, run_id: str, status: RunStatus) -> None:
+        """A run ended here (its end is written): tell the alerts. Never raises, never waits on the network."""
+        if self.alerts is None:
+            return
+        try:
+            self.alerts.run_ended(run_id, status)
+        except Exception:
+            log.exception("could not queue the alerts of run %s (%s)", run_id, status.value)
+
     def close(self) -> None:
+        if self.alerts is not None:
+            self.alerts.close()
         self.placer.books.close()
         self.db.dispose()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -148,8 +149,13 @@ def submit_run(
     idempotency_key: str | None = None,
     embedded_machines: list[Inventory] | None = None,
     priority: int = 0,
+    schedule: str | None = None,
+    schedule_tick: datetime | None = None,
 ) -> tuple[Run, bool]:
-    """Journal a run. Returns the row and whether it is new (``False``: an idempotent retry)."""
+    """Journal a run. Returns the row and whether it is new (``False``: an idempotent retry).
+
+    ``schedule`` and ``schedule_tick``: the schedule whose tick (a UTC time) submits the run.
+    """
     if idempotency_key is not None:
         if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 200:
             raise RunRejected("idempotency_key must be a non-empty string of at most 200 characters")
@@ -168,6 +174,7 @@ def submit_run(
         id=new_run_id(), flow=flow.name, flow_ref=flow_reference(flow), flow_version=flow.version,
         params=values, params_digest=params_digest(values, seed), seed=seed, group_id=group,
         status=RunStatus.QUEUED.value, created_at=utcnow(), engine=engine, idempotency_key=idempotency_key,
-        no_cache=bool(no_cache), cancel_requested=False, priority=priority,
+        no_cache=bool(no_cache), cancel_requested=False, priority=priority, schedule=schedule,
+        schedule_tick=schedule_tick,
     )
     return insert_run(db, run)

@@ -1,5 +1,4 @@
-"""The run store: SQL tables, sessions, status transitions and the queries every layer uses."""
+"""The run store: SQL tables, sessions, status transitions and the queries every layer uses.
 
-from fluksio.store.db import Database
-
-__all__ = ["Database"]
+``store.rows`` alone imports no SQLAlchemy: the plain rows the driver makes before they are written.
+"""

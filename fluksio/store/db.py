@@ -26,7 +26,7 @@ from fluksio.settings import redact_url
 T = TypeVar("T")
 
 #: The newest migration (a test checks it is Alembic's head), so a store already there needs no Alembic.
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 #: Where Alembic finds our migrations (a package resource, so it works when installed).
 MIGRATIONS = "fluksio.store:migrations"
 #: How long SQLite waits for another writer before failing, in milliseconds.
@@ -198,6 +198,15 @@ class Database:
         where an ORM session's setup costs more than the statement."""
         with self.write_engine.begin() as connection:
             yield connection
+
+    def reachable(self) -> bool:
+        """Whether the store answers a trivial query now (one try, no retries)."""
+        try:
+            with self.read() as session:
+                session.execute(text("SELECT 1"))
+            return True
+        except DBAPIError:
+            return False
 
     # -- schema -------------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from fluksio.constants import MAX_NAME_LENGTH
+
 #: JSONB on PostgreSQL (indexable, compact), plain JSON text elsewhere.
 JSONValue = JSON().with_variant(JSONB(), "postgresql")
 
@@ -52,7 +54,7 @@ class Run(Base):
 
     #: Time-ordered (ULID), so sorting by id sorts by submission.
     id: Mapped[str] = mapped_column(String(26), primary_key=True)
-    flow: Mapped[str] = mapped_column(String(200), index=True)
+    flow: Mapped[str] = mapped_column(String(MAX_NAME_LENGTH), index=True)
     #: How workers find the flow: ``module:attr`` or ``file.py:attr``.
     flow_ref: Mapped[str | None] = mapped_column(String(1000))
     #: Digest of the graph's shape; the code inside is in ``code_digest``.
@@ -99,7 +101,7 @@ class RunNode(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    node: Mapped[str] = mapped_column(String(200))
+    node: Mapped[str] = mapped_column(String(MAX_NAME_LENGTH))
     #: A mapped node's element (0-based position in the product); -1 for a node that is not mapped.
     #: Not NULL: the unique key below must tell two attempts of an unmapped node apart, and NULLs never clash.
     element: Mapped[int] = mapped_column(Integer, default=-1, server_default="-1")
@@ -118,8 +120,10 @@ class RunNode(Base):
     logs: Mapped[str | None] = mapped_column(Text)
     cache_key: Mapped[str | None] = mapped_column(String(80), index=True)
     outputs: Mapped[dict[str, Any] | None] = mapped_column(JSONValue)
-    #: The run whose row this one's outputs were restored from (always the original, never a copy).
+    #: The run whose row this one's outputs were restored from (always the original, never a copy), and the
+    #: element that made them there (an element's series are named after it: ``loss[3]``).
     cached_from: Mapped[str | None] = mapped_column(String(26))
+    cached_element: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (UniqueConstraint("run_id", "node", "element", "attempt", name="uq_run_nodes_attempt"),)
 
@@ -128,7 +132,7 @@ class RunMetric(Base):
     __tablename__ = "run_metrics"
 
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
-    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    name: Mapped[str] = mapped_column(String(MAX_NAME_LENGTH), primary_key=True)
     #: Count of earlier emissions of this name in this run, from 0.
     step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     value: Mapped[float] = mapped_column(Float)
@@ -139,13 +143,60 @@ class RunArtifact(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    node: Mapped[str] = mapped_column(String(200))
+    node: Mapped[str] = mapped_column(String(MAX_NAME_LENGTH))
     #: The mapped element that made it (-1: the node is not mapped), as in ``RunNode.element``.
     element: Mapped[int] = mapped_column(Integer, default=-1, server_default="-1")
-    message: Mapped[str] = mapped_column(String(200))
+    message: Mapped[str] = mapped_column(String(MAX_NAME_LENGTH))
     digest: Mapped[str] = mapped_column(String(80), index=True)
     size: Mapped[int] = mapped_column(BigInteger)
     media_type: Mapped[str] = mapped_column(String(200))
     name: Mapped[str | None] = mapped_column(String(500))
     #: The codec that encoded a typed value into these bytes (``numpy``, ``pandas`` …); ``None``: an Artifact.
     codec: Mapped[str | None] = mapped_column(String(64))
+
+
+class Schedule(Base):
+    """A named rule that submits a run per tick; every beat of the installation reads this table."""
+
+    __tablename__ = "schedules"
+
+    #: A ULID of its own: the idempotency key of a tick's run names it, so a schedule removed and added
+    #: again under the same name never finds the runs of the old one.
+    id: Mapped[str] = mapped_column(String(26), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    flow: Mapped[str] = mapped_column(String(200))
+    #: How a beat loads the flow: ``module:attr`` or ``file.py:attr`` (``None``: by its registered name).
+    flow_ref: Mapped[str | None] = mapped_column(String(1000))
+    #: Exactly one of ``cron`` (five fields, read in ``tz``) and ``every_s`` (seconds) is set.
+    cron: Mapped[str | None] = mapped_column(String(200))
+    tz: Mapped[str | None] = mapped_column(String(64))
+    every_s: Mapped[int | None] = mapped_column(BigInteger)
+    params: Mapped[dict[str, Any]] = mapped_column(JSONValue, default=dict)
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    catchup: Mapped[str] = mapped_column(String(8), default="last")
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: Moved by every change (pause, resume): a beat compares it to notice changes without a restart.
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: The newest tick a beat submitted a run for; only ever moves forward.
+    last_tick: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class AlertLog(Base):
+    """Every alert fluksio sent or gave up on, so that a failed one is never lost quietly."""
+
+    __tablename__ = "alert_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    rule: Mapped[str] = mapped_column(String(100), index=True)
+    #: ``None`` for a sample sent by `fluksio alerts test`.
+    run_id: Mapped[str | None] = mapped_column(String(26), index=True)
+    status: Mapped[str] = mapped_column(String(16))
+    target: Mapped[str] = mapped_column(String(1000))
+    #: ``sent`` or ``failed``.
+    outcome: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

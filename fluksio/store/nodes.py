@@ -4,59 +4,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from fluksio.schemas import NodeStatus
 from fluksio.store.db import Database, retried
 from fluksio.store.models import RunArtifact, RunNode
+from fluksio.store.rows import ArtifactRow, NodeRow
 
-
-@dataclass(slots=True)
-class NodeRow:
-    """A node row on its way to the store: ``RunNode``'s columns (but the id), as a plain object.
-
-    A driver makes one per finished node; an ORM instance, with its per-instance bookkeeping, cost
-    about 9 % of a fan-out driver's time, and ``record_nodes`` writes plain values anyway.
-    """
-
-    run_id: str
-    node: str
-    status: str
-    attempt: int = 1
-    #: A mapped node's element, -1 for a node that is not mapped (see ``RunNode.element``).
-    element: int = -1
-    machine: str | None = None
-    gpus: list[int] = field(default_factory=list)
-    granted: dict[str, Any] | None = None
-    child_run: str | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    duration_ms: int | None = None
-    error: str | None = None
-    logs: str | None = None
-    cache_key: str | None = None
-    outputs: dict[str, Any] | None = None
-    cached_from: str | None = None
-
-
-@dataclass(slots=True)
-class ArtifactRow:
-    """An artifact row on its way to the store: ``RunArtifact``'s columns (but the id)."""
-
-    run_id: str
-    node: str
-    message: str
-    digest: str
-    size: int
-    media_type: str
-    name: str | None = None
-    codec: str | None = None
-    element: int = -1
+__all__ = ["ArtifactRow", "NodeRow", "artifact_by_digest", "artifact_of_run", "artifacts_of", "cache_entries",
+           "node_values", "record_nodes"]
 
 
 @retried
@@ -91,6 +51,7 @@ def node_values(row: NodeRow | RunNode) -> dict[str, Any]:
         "machine": row.machine, "gpus": row.gpus or [], "started_at": row.started_at,
         "finished_at": row.finished_at, "duration_ms": row.duration_ms, "error": row.error, "logs": row.logs,
         "cache_key": row.cache_key, "outputs": row.outputs, "cached_from": row.cached_from,
+        "cached_element": row.cached_element,
     }
 
 
@@ -114,7 +75,42 @@ def _insert_nodes(sqlite: bool) -> Any:
             .returning(RunNode.run_id, RunNode.node, RunNode.element))
 
 
+def cache_entries(db: Database, key: str, limit: int) -> list[tuple[str, int | None, dict[str, Any] | None]]:
+    """``(run id, element, outputs)`` of the newest node rows ending ``ok`` or ``cached`` under a cache key:
+    the run and element that made the outputs (a row restored from the cache names its origin).
+
+    Not retried: a cache that cannot answer now is a miss, not a wait (see ``runs.cache``).
+    """
+    with db.read() as session:
+        rows = session.execute(
+            select(RunNode.run_id, RunNode.element, RunNode.cached_from, RunNode.cached_element, RunNode.outputs)
+            .where(RunNode.cache_key == key, RunNode.status.in_([NodeStatus.OK.value, NodeStatus.CACHED.value]))
+            .order_by(RunNode.id.desc())
+            .limit(limit)
+        ).all()
+    return [(cached_from, cached_element, outputs) if cached_from else (run_id, None if element < 0 else element,
+                                                                         outputs)
+            for run_id, element, cached_from, cached_element, outputs in rows]
+
+
 @retried
 def artifacts_of(db: Database, run_id: str) -> list[RunArtifact]:
     with db.read() as session:
         return list(session.scalars(select(RunArtifact).where(RunArtifact.run_id == run_id).order_by(RunArtifact.id)))
+
+
+@retried
+def artifact_by_digest(db: Database, digest: str) -> RunArtifact | None:
+    """A row of some run that made the artifact ``digest`` (``None``: no run did)."""
+    with db.read() as session:
+        return session.scalars(select(RunArtifact).where(RunArtifact.digest == digest).limit(1)).first()
+
+
+@retried
+def artifact_of_run(db: Database, run_id: str, name: str) -> RunArtifact | None:
+    """An artifact the run made as message ``name``, or whose file is called ``name``."""
+    with db.read() as session:
+        return session.scalars(
+            select(RunArtifact).where(RunArtifact.run_id == run_id,
+                                      (RunArtifact.message == name) | (RunArtifact.name == name)).limit(1)
+        ).first()

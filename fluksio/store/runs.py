@@ -43,11 +43,11 @@ def find_by_idempotency_key(db: Database, key: str) -> Run | None:
         return session.scalar(select(Run).where(Run.idempotency_key == key))
 
 
-@retried
-def transition(db: Database, run_id: str, target: RunStatus, epoch: int | None = None, **values: Any) -> bool:
+def transition_once(db: Database, run_id: str, target: RunStatus, epoch: int | None = None, **values: Any) -> bool:
     """Move a run to ``target`` if the transition table allows it from its current status.
 
-    Returns whether this call made the change (``False``: someone else got there first).
+    Returns whether this call made the change (``False``: someone else got there first). One try: see
+    :func:`transition` for the one that waits out an outage.
     """
     with db.write() as session:
         result = session.execute(
@@ -56,6 +56,9 @@ def transition(db: Database, run_id: str, target: RunStatus, epoch: int | None =
             .values(status=target.value, **values)
         )
         return result.rowcount == 1
+
+
+transition = retried(transition_once)
 
 
 @retried
@@ -92,12 +95,12 @@ def refresh_lease(db: Database, run_id: str, epoch: int | None = None) -> tuple[
         return held, bool(session.scalar(select(Run.cancel_requested).where(Run.id == run_id)))
 
 
-@retried
-def abandon_stale(db: Database, stale_after_s: float, spare: Collection[str] = ()) -> list[str]:
+def abandon_stale_once(db: Database, stale_after_s: float, spare: Collection[str] = ()) -> list[str]:
     """Mark ``abandoned`` every running run whose lease is older than ``stale_after_s``; returns their ids.
 
     ``spare`` names runs known to be alive (driven by the caller's own process). Safe to call from
-    several sweepers at once: the guarded UPDATE lets each run be taken by one.
+    several sweepers at once: the guarded UPDATE lets each run be taken by one. One try (a sweeper
+    must not judge leases after sitting in retries); :func:`abandon_stale` retries.
     """
     now = utcnow()
     with db.write() as session:
@@ -111,24 +114,29 @@ def abandon_stale(db: Database, stale_after_s: float, spare: Collection[str] = (
         return list(stale)
 
 
-@retried
-def requeue_stale(db: Database, stale_after_s: float, flows: Collection[str],
-                  spare: Collection[str] = ()) -> list[tuple[str, str]]:
+abandon_stale = retried(abandon_stale_once)
+
+
+def requeue_stale_once(db: Database, stale_after_s: float, flows: Collection[str],
+                       spare: Collection[str] = ()) -> list[tuple[str, str]]:
     """Auto-resume: send every stale running run of ``flows`` straight back to ``queued``.
 
     One guarded UPDATE, recorded as resumed from ``abandoned``: a client waiting on the run never sees
     it ``abandoned`` in between (it would take that for the end), and a sweeper that fails halfway
     cannot leave it abandoned for good. A run whose cancel was asked for is left to :func:`abandon_stale`.
-    Returns ``(run id, flow)`` of each, to hand to a driver.
+    Returns ``(run id, flow)`` of each, to hand to a driver. One try, as :func:`abandon_stale_once`.
     """
     now = utcnow()
     with db.write() as session:
-        return [tuple(row) for row in session.execute(
+        return [(run_id, flow) for run_id, flow in session.execute(
             update(Run)
             .where(*_stale(now, stale_after_s, spare), Run.flow.in_(list(flows)), Run.cancel_requested.is_(False))
             .values(**_requeued(RunStatus.ABANDONED, f"resumed automatically: {_lease_lost(stale_after_s)}", now))
             .returning(Run.id, Run.flow)
         )]
+
+
+requeue_stale = retried(requeue_stale_once)
 
 
 @retried
@@ -224,13 +232,24 @@ def finish(db: Database, run_id: str, status: RunStatus, reason: str | None, res
         started = session.scalar(select(Run.started_at).where(Run.id == run_id))
     now = utcnow()
     duration = int((now - started).total_seconds() * 1000) if started else None
-    return transition.__wrapped__(db, run_id, status, epoch, status_reason=reason, result=result, finished_at=now,
-                                  duration_ms=duration)
+    return transition_once(db, run_id, status, epoch, status_reason=reason, result=result, finished_at=now,
+                           duration_ms=duration)
 
 
 @retried
 def request_cancel(db: Database, run_id: str, reason: str) -> RunStatus:
     """Cancel a queued run outright, or flag a running one for its driver. Returns the status after."""
+    return _cancel(db, run_id, reason)[0]
+
+
+@retried
+def cancel_run(db: Database, run_id: str, reason: str) -> tuple[RunStatus, bool]:
+    """:func:`request_cancel`, also saying whether this call ended the run (a queued run it cancelled):
+    whoever ends a run tells its alerts, and only once."""
+    return _cancel(db, run_id, reason)
+
+
+def _cancel(db: Database, run_id: str, reason: str) -> tuple[RunStatus, bool]:
     run = get_run(db, run_id)
     with db.write() as session:
         cancelled_queued = session.execute(
@@ -245,7 +264,7 @@ def request_cancel(db: Database, run_id: str, reason: str) -> RunStatus:
                 .where(Run.id == run.id, Run.status == RunStatus.RUNNING.value)
                 .values(cancel_requested=True, status_reason=f"cancelling: {reason}")
             )
-    return RunStatus(get_run(db, run.id).status)
+    return RunStatus(get_run(db, run.id).status), bool(cancelled_queued)
 
 
 @retried
@@ -268,9 +287,12 @@ def get_run(db: Database, run_id: str) -> Run:
 
 @retried
 def list_runs(
-    db: Database, flow: str | None = None, status: str | None = None, group: str | None = None, limit: int = 50
+    db: Database, flow: str | None = None, status: str | None = None, group: str | None = None, limit: int = 50,
+    schedule: str | None = None,
 ) -> list[Run]:
     query = select(Run).order_by(Run.id.desc()).limit(limit)
+    if schedule:
+        query = query.where(Run.schedule == schedule)
     if flow:
         query = query.where(Run.flow == flow)
     if status:

@@ -24,9 +24,9 @@ from celery.concurrency.thread import TaskPool as ThreadTaskPool
 from celery.worker import WorkController
 from kombu.transport import memory, virtual
 
-from fluksio.constants import DEFAULT_LABEL, DRIVERS_QUEUE
+from fluksio.constants import DRIVERS_QUEUE
+from fluksio.routing import node_queues
 from fluksio.runs.runtime import Runtime
-from fluksio.schemas import Inventory
 from fluksio.worker.app import create_app
 
 log = logging.getLogger(__name__)
@@ -155,12 +155,6 @@ def thread_pool_for(app: Celery, role: str) -> type[ThreadTaskPool]:
             self.executor = DaemonThreadExecutor(self.limit, app.set_current, f"fluksio-{role}")
 
     return AppThreadPool
-
-
-def node_queues(inventory: Inventory) -> list[str]:
-    """The queues a machine's node worker consumes: one per label it carries, its name, and default."""
-    labels = [DEFAULT_LABEL, inventory.name, *inventory.labels]
-    return [f"{label}@{inventory.name}" for label in dict.fromkeys(labels)]
 
 
 class EmbeddedWorkers:

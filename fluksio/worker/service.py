@@ -20,12 +20,13 @@ from fluksio.errors import ConfigError
 from fluksio.execution.isolated import die_with_parent
 from fluksio.placement.redis import RedisBooks
 from fluksio.provisioners import Poller
+from fluksio.routing import node_queues
 from fluksio.runs.broker import wait_for_broker
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import Inventory
 from fluksio.settings import Settings, require_redis_broker
+from fluksio.triggers.alerts import attach_alerts, load_alert_rules
 from fluksio.worker.app import create_app, start_sweeper
-from fluksio.worker.embedded import node_queues
 from fluksio.worker.heartbeat import Heartbeat
 from fluksio.worker.idle import IdleExit, celery_busy, grants_held
 
@@ -49,7 +50,7 @@ def _fresh_connections_after_fork(runtime: Runtime) -> None:
 
 
 def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool, loglevel: str,
-                    idle_timeout_s: float | None = None) -> None:
+                    idle_timeout_s: float | None = None, with_beat: bool = False) -> None:
     require_distributed(settings)
     runtime = Runtime.distributed(settings, machine=inventory.name)  # a run store it cannot open ends it here
     wait_for_broker(settings)  # a broker not up yet is said at once, then waited for (as Celery does)
@@ -57,7 +58,10 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
     assert isinstance(books, RedisBooks)
     app = create_app(settings, runtime)
     _fresh_connections_after_fork(runtime)
+    if with_drivers:
+        load_alert_rules(settings)  # a bad rules file stops this command, not just its drivers' process
     drivers = _spawn_driver_process(inventory.name, loglevel) if with_drivers else None
+    beat = spawn_beat_process(loglevel) if with_beat else None
     books.attach(inventory)
     heartbeat = Heartbeat(books, inventory, settings.heartbeat_interval_s)
     heartbeat.start()
@@ -85,23 +89,30 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
             books.detach(inventory.name)
         except Exception:
             log.warning("could not detach %s from the placer's books", inventory.name, exc_info=True)
-        if drivers is not None:
-            drivers.terminate()
-            try:
-                drivers.wait(30)
-            except subprocess.TimeoutExpired:
-                drivers.kill()
+        for child in (drivers, beat):
+            if child is not None:
+                _stop_child(child)
         runtime.close()
     sys.exit(code or 0)
 
 
-def run_driver_worker(settings: Settings, name: str, loglevel: str) -> None:
+def _stop_child(child: subprocess.Popen[bytes]) -> None:
+    child.terminate()
+    try:
+        child.wait(30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+
+
+def run_driver_worker(settings: Settings, name: str, loglevel: str, with_beat: bool = False) -> None:
     require_distributed(settings)
     runtime = Runtime.distributed(settings, machine=name)
     wait_for_broker(settings)
+    attach_alerts(runtime)  # drivers end runs, and their sweeper abandons runs: both tell the alerts
     app = create_app(settings, runtime)
     sweeper = start_sweeper(app, runtime)
     poller = start_poller(runtime)
+    beat = spawn_beat_process(loglevel) if with_beat else None
 
     @worker_shutting_down.connect(weak=False)
     def _hand_over(**_: Any) -> None:
@@ -117,6 +128,8 @@ def run_driver_worker(settings: Settings, name: str, loglevel: str) -> None:
         code = worker.exitcode
     finally:
         sweeper.stop()
+        if beat is not None:
+            _stop_child(beat)
         if poller is not None:
             poller.stop()
         if runtime.provisioner is not None:
@@ -138,6 +151,12 @@ def start_poller(runtime: Runtime) -> Poller | None:
 
     return Poller(runtime.provisioner, interval_s=min(2.0, runtime.settings.heartbeat_interval_s * 2),
                   on_change=wake_drivers).start()
+
+
+def spawn_beat_process(loglevel: str) -> subprocess.Popen[bytes]:
+    """`fluksio beat` beside this worker (``--beat``); it dies with its parent."""
+    command = [sys.executable, "-m", "fluksio.cli.main", "beat", "--loglevel", loglevel.lower()]
+    return subprocess.Popen(command, preexec_fn=die_with_parent)  # noqa: PLW1509 - only sets PDEATHSIG
 
 
 def _spawn_driver_process(name: str, loglevel: str) -> subprocess.Popen[bytes]:

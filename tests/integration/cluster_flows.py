@@ -200,3 +200,53 @@ def tiny_node(i: int, emit) -> int:
     for step in range(10):
         emit("m", i + step)
     return i
+
+
+# -- mapped nodes ------------------------------------------------------------------------------------
+
+mapped_marks = Flow("mapped_marks", inputs={"tag": str, "items": list[int], "pause": (float, 0.2)},
+                    outputs=["spans"])
+
+
+@mapped_marks.node(provides="spans", map={"item": "items"}, resources=Resources(cpus=1))
+def mark_element(item: int, tag: str, pause: float) -> list[float]:
+    """Leaves ``MARKS/<tag>.<item>.<pid>.<ns>`` and returns when it ran."""
+    MARKS.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    (MARKS / f"{tag}.{item}.{os.getpid()}.{time.time_ns()}").write_text("ran")
+    time.sleep(pause)
+    return [started, time.time()]
+
+
+gpu_map = Flow("gpu_map", inputs={"items": list[int]}, outputs=["devices"])
+
+
+@gpu_map.node(provides="devices", map={"item": "items"}, device="gpu", resources=Resources(cpus=1, gpus=1))
+def element_devices(item: int) -> list:
+    started = time.time()
+    time.sleep(0.6)
+    return [os.environ.get("CUDA_VISIBLE_DEVICES", ""), started, time.time()]
+
+
+stuck_map = Flow("stuck_map", inputs={"tag": str, "items": list[int]}, outputs=["x"])
+
+
+@stuck_map.node(provides="x", map={"item": "items"}, resources=Resources(cpus=1))
+def element_forever(item: int, tag: str) -> int:
+    MARKS.mkdir(parents=True, exist_ok=True)
+    (MARKS / f"{tag}.{item}.{os.getpid()}").write_text("started")
+    time.sleep(3600)
+    return item
+
+
+flaky_map = Flow("flaky_map", inputs={"tag": str, "items": list[int]}, outputs=["ys"])
+
+
+@flaky_map.node(provides="ys", map={"item": "items"}, cache=False)
+def element_fails_while_flagged(item: int, tag: str) -> int:
+    """Element 2 fails while ``MARKS/<tag>.fail`` exists; every call leaves a mark."""
+    MARKS.mkdir(parents=True, exist_ok=True)
+    (MARKS / f"{tag}.{item}.{time.time_ns()}").write_text("ran")
+    if item == 2 and (MARKS / f"{tag}.fail").exists():
+        raise RuntimeError("flagged to fail")
+    return item * 10

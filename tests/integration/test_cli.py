@@ -154,3 +154,43 @@ def test_run_timeout_stops_waiting_cleanly(tmp_path: Path) -> None:
     done = fluksio("run", "slow.py:flow", "--timeout", "0.5", cwd=tmp_path)
     assert done.returncode == 124
     assert "timed out" in done.stderr and "abandoned" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_folds_example_maps_over_k_folds_and_show_folds_the_elements_into_one_line(tmp_path: Path) -> None:
+    done = fluksio("run", str(REPO / "examples/folds.py"), "-p", "k=4", "--seed", "1", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert len(record["result"]["scores"]) == 4 and record["result"]["report"].startswith("published")
+    assert sorted(n["index"] for n in record["nodes"] if n["node"] == "train_fold") == [0, 1, 2, 3]
+    shown = fluksio("show", record["id"], cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    line = next(row for row in shown.stdout.splitlines() if row.strip().startswith("train_fold"))
+    assert "4/4 ok" in line
+    assert {f"loss[{i}]" for i in range(4)} <= set(shown.stdout.split())
+    refused = fluksio("run", str(REPO / "examples/folds.py"), "-p", "k=4", "-p", "threshold=0.1", "--seed", "1",
+                      "--json", cwd=tmp_path)
+    assert refused.returncode == 0, refused.stderr  # a branch skipped by its condition is a good run
+    assert json.loads(refused.stdout)["result"]["report"].startswith("not published")
+
+
+def test_show_lists_the_failed_elements_of_a_mapped_node_and_logs_takes_one_element(tmp_path: Path) -> None:
+    (tmp_path / "partly.py").write_text(
+        "from fluksio import Flow\n"
+        "flow = Flow('partly', inputs={'xs': list[int]})\n"
+        "@flow.node(provides='ys', map={'x': 'xs'})\n"
+        "def check(x):\n"
+        "    print(f'checking {x}')\n"
+        "    if x % 5 == 3:\n"
+        "        raise ValueError(f'bad {x}')\n"
+        "    return x\n"
+    )
+    done = fluksio("run", "partly.py:flow", "-p", "xs=[0,1,2,3,4,5,6,7,8,9]", "--json", cwd=tmp_path)
+    assert done.returncode == 1
+    run_id = json.loads(done.stdout)["id"]
+    shown = fluksio("show", run_id, cwd=tmp_path)
+    lines = shown.stdout.splitlines()
+    summary = next(row for row in lines if row.strip().startswith("check "))
+    assert "8/10 ok, 2 error" in summary and "failed: check[3], check[8]" in summary
+    assert any(row.strip().startswith("check[3]") and "ValueError: bad 3" in row for row in lines)
+    logs = fluksio("show", run_id, "--logs", "check[8]", cwd=tmp_path)
+    assert logs.returncode == 0 and "checking 8" in logs.stdout and "checking 3" not in logs.stdout

@@ -359,11 +359,19 @@ class Command:
     args: list[str]
     #: What of the installation it reaches for: "broker", "store".
     needs: frozenset[str]
-    #: The line a command that serves until stopped prints once it serves (when nothing it needs is wrong).
+    #: A command that serves until stopped: the line it prints once it serves.
     serving: str | None = None
+    #: A service (a worker, a beat) that waits for a broker not up yet instead of failing, saying so at once.
+    waits_for_broker: bool = False
+
+    @property
+    def runs_apart(self) -> bool:
+        """Whether it may keep running (so it is run as a process of its own and stopped)."""
+        return self.serving is not None or self.waits_for_broker
 
 
 NO_RUN = "01J0000000"
+WAITING = "cannot reach the broker"
 
 
 def walk_table(port: int) -> dict[str, Command]:
@@ -379,10 +387,18 @@ def walk_table(port: int) -> dict[str, Command]:
         "placer": Command(["placer"], both),
         "watch": Command(["watch", "--timeout", "1"], both),
         "plot": Command(["plot", NO_RUN, "loss", "-o", "loss.png"], both),
+        "schedule add": Command(["schedule", "add", "hourly", HELLO, "--every", "1h", "-p", "name=ada"], both),
+        "schedule list": Command(["schedule", "list"], both),
+        "schedule pause": Command(["schedule", "pause", "hourly"], both),
+        "schedule resume": Command(["schedule", "resume", "hourly"], both),
+        "schedule remove": Command(["schedule", "remove", "hourly"], both),
         "worker": Command(["worker", "--name", "walker", "--cpus", "1", "--gpus", "none"], both,
-                          serving="cannot reach the broker"),
+                          waits_for_broker=True),
+        "beat": Command(["beat"], both, waits_for_broker=True),
         "flower": Command(["flower", "--port", str(port)], frozenset({"broker"}), serving="Flower on http://"),
         "db upgrade": Command(["db", "upgrade"], frozenset({"store"})),
+        "alerts log": Command(["alerts", "log"], frozenset({"store"})),
+        "alerts test": Command(["alerts", "test", "no-such-rule"], frozenset({"store"})),
         "artifact get": Command(["artifact", "get", "sha256:" + "0" * 64, "-o", "x.bin"], frozenset()),
     }
 
@@ -426,16 +442,17 @@ def test_every_command_meets_each_mistake_without_a_traceback(
     def serve(name: str, command: Command) -> Said:
         cwd = tmp_path / name
         cwd.mkdir()
-        waits = part not in command.needs or (name == "worker" and part == "broker")
-        return fluksio(command.args, env, cwd, until=command.serving if waits else None, limit_s=AT_ONCE_S + 15)
+        until = (WAITING if command.waits_for_broker and part == "broker" else
+                 command.serving if part not in command.needs else None)
+        return fluksio(command.args, env, cwd, until=until, limit_s=AT_ONCE_S + 15)
 
     monkeypatch.chdir(tmp_path)
     outage = logging.getLogger(LOGGER)  # the commands show outage notices on the terminal: not after this test
     monkeypatch.setattr(outage, "handlers", list(outage.handlers))
     monkeypatch.setattr(outage, "level", outage.level)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        served = {name: pool.submit(serve, name, c) for name, c in table.items() if c.serving}
-        results = {name: invoke(c.args, env) for name, c in table.items() if not c.serving}
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        served = {name: pool.submit(serve, name, c) for name, c in table.items() if c.runs_apart}
+        results = {name: invoke(c.args, env) for name, c in table.items() if not c.runs_apart}
         results.update({name: future.result() for name, future in served.items()})
     problems = [f"fluksio {name}: {why}\n    stderr: {results[name].stderr.strip()[-800:]}"
                 for name, command in table.items() if (why := _problem(name, command, results[name], part, named))]
@@ -459,9 +476,9 @@ def _problem(name: str, command: Command, said: Said, part: str, named: str) -> 
         return "printed a traceback"
     if SECRET in said.stderr + said.stdout:
         return "printed the password"
-    if part in command.needs and command.serving and name == "worker" and part == "broker":
+    if command.waits_for_broker and part == "broker":
         if not said.stopped or said.seconds >= AT_ONCE_S or named not in said.stderr:
-            return f"a worker must say at once that its broker is unreachable, and keep trying ({said.seconds:.1f} s)"
+            return f"it must say at once that its broker is unreachable, and keep trying ({said.seconds:.1f} s)"
         return None
     if part in command.needs:
         if said.returncode in (0, None):

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from fluksio.runs.inbox import DONE, RedisInbox
+from fluksio.messages import Completion, MadeArtifact
+from fluksio.runs.inbox import RedisInbox
 from tests.integration.servers import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -21,8 +22,9 @@ def inbox(redis_server: RedisServer) -> Iterator[RedisInbox]:
     client.close()
 
 
-def done(i: int) -> dict:
-    return {"kind": DONE, "call_id": f"r.n{i}.1", "i": i}
+def done(i: int) -> Completion:
+    return Completion(call_id=f"r.n{i}.1", node=f"n{i}", attempt=1, status="ok", gpus=(i,), outputs={"x": i},
+                      artifacts=(MadeArtifact("x", "sha256:" + "a" * 64, i),))
 
 
 def test_pop_and_drain_take_in_order_and_keep_a_copy_of_what_they_took(inbox: RedisInbox) -> None:
@@ -83,3 +85,13 @@ def test_inboxes_of_two_runs_are_apart(inbox: RedisInbox) -> None:
     inbox.push("a", done(0))
     assert inbox.drain("b", 10) == [] and inbox.recover("b") == []
     assert inbox.drain("a", 10) == [done(0)] and inbox.recover("a") == [done(0)]
+
+
+def test_a_message_fluksio_did_not_send_is_dropped_as_it_is_taken_never_handed_out(inbox: RedisInbox) -> None:
+    key, _taken = inbox._keys("r")
+    inbox.redis.rpush(key, b"not json", b'{"kind": "done", "call_id": "r.x.1"}', b'{"kind": "shell", "cmd": "rm"}',
+                      b'{"kind": "done", "call_id": "r.x.1", "node": "x", "attempt": 1, "status": "ok", "extra": 1}')
+    inbox.push("r", done(1))
+    assert inbox.pop("r", timeout=1) is None  # not JSON
+    assert inbox.drain("r", 10) == [done(1)]  # the three malformed ones are dropped, the real one kept
+    assert inbox.recover("r") == [done(1)]

@@ -14,6 +14,8 @@ from kombu.messaging import Producer
 
 from fluksio.constants import CALL_TASK
 from fluksio.driver.task import CallSender
+from fluksio.messages import NodeCall
+from fluksio.schemas import Grant
 
 
 @pytest.fixture
@@ -36,8 +38,9 @@ def declared(monkeypatch) -> list[str]:
     return names
 
 
-def call(n: int) -> dict[str, Any]:
-    return {"call_id": f"r.n{n}.1", "run_id": "r", "node": f"n{n}", "attempt": 1, "inputs": {}, "epoch": 0}
+def call(n: int) -> NodeCall:
+    return NodeCall(call_id=f"r.n{n}.1", run_id="r", flow="flow", node=f"n{n}", attempt=1, inputs={},
+                    grant=Grant(id=f"r.n{n}.1", machine="m", cpus=1))
 
 
 def test_calls_go_out_as_celery_task_messages_and_each_queue_is_declared_once(app, declared) -> None:
@@ -57,7 +60,7 @@ def test_calls_go_out_as_celery_task_messages_and_each_queue_is_declared_once(ap
     assert first.headers["shadow"] == "flow.n0" and first.headers["origin"].startswith("gen")
     assert first.content_type == "application/json"
     args, kwargs, _embed = json.loads(first.body)
-    assert args == [] and kwargs == {"call": call(0)}
+    assert args == [] and kwargs == {"call": call(0).to_wire()}
     assert [m.headers["id"] for m in messages] == ["r.n0.1", "r.n1.1", "r.n2.1"]
     sender.close()
 

@@ -10,7 +10,6 @@ import dataclasses
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,6 +17,7 @@ from fluksio.driver.drive import drive
 from fluksio.execution.call import execute_call
 from fluksio.flows.registry import FlowRegistry
 from fluksio.flows.source import code_digest
+from fluksio.messages import NodeCall
 from fluksio.runs.cache import lookup
 from fluksio.runs.cache_key import cache_key
 from fluksio.runs.runtime import Runtime
@@ -66,15 +66,15 @@ def edit(flow_file: Path) -> None:
 
 
 def run_once(runtime: Runtime, driver: FlowRegistry, worker: FlowRegistry,
-             sent: list[dict[str, Any]] | None = None) -> str:
+             sent: list[NodeCall] | None = None) -> str:
     """Submit and drive one run with ``driver``'s flows; its calls execute on a worker with ``worker``'s."""
     on_driver = dataclasses.replace(runtime, registry=driver)
     on_worker = dataclasses.replace(runtime, registry=worker)
 
-    def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
+    def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
         if sent is not None:
             sent.append(call)
-        execute_call(on_worker, call)
+        execute_call(on_worker, call.to_wire())
 
     run, _ = submit_run(runtime.db, driver, runtime.artifacts, "edited", engine="embedded", params={"x": 1},
                         embedded_machines=runtime.placer.machines())
@@ -88,12 +88,12 @@ def test_a_driver_claims_with_the_code_it_loaded_not_the_file_on_disk(runtime, f
     edit(flow_file)  # edited, nothing restarted
     flow = process.get("edited")
     assert code_digest(flow) != loaded
-    sent: list[dict[str, Any]] = []
+    sent: list[NodeCall] = []
     run_id = run_once(runtime, process, process, sent)
     record = get_run(runtime.db, run_id)
     assert record.status == RunStatus.OK.value and record.result == {"y": 2}
     assert record.code_digest == loaded
-    assert [call["code_digest"] for call in sent] == [loaded]
+    assert [call.code_digest for call in sent] == [loaded]
 
 
 def test_the_old_codes_outputs_are_never_served_to_the_new_code_from_the_cache(runtime, flow_file):

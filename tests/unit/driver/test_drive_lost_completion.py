@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from fluksio import Flow
-from fluksio.runs.inbox import DONE, MemoryInbox
+from fluksio.messages import Completion, InboxMessage, NodeCall
+from fluksio.runs.inbox import MemoryInbox
 from fluksio.runs.runtime import Runtime
-from fluksio.schemas import Grant
 from fluksio.store.runs import get_run, node_rows
 from tests.unit.driver.test_drive_rows import answer, drive_with, hop
 
@@ -26,9 +24,9 @@ def flow_with_retries(retries: int) -> Flow:
 
 
 def lose_the_first_completion(runtime: Runtime, flow: Flow):
-    def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
-        if call["attempt"] == 1:  # the worker ends the call and gives its grant back; its report is lost
-            runtime.placer.release(Grant.model_validate(call["grant"]))
+    def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
+        if call.attempt == 1:  # the worker ends the call and gives its grant back; its report is lost
+            runtime.placer.release(call.grant)
             return
         answer(runtime, flow, call)
 
@@ -58,16 +56,16 @@ class ReplyLosingInbox(MemoryInbox):
 
     def __init__(self) -> None:
         super().__init__()
-        self.taken: list[dict[str, Any]] = []
+        self.taken: list[InboxMessage] = []
 
-    def pop(self, run_id: str, timeout: float) -> dict[str, Any] | None:
+    def pop(self, run_id: str, timeout: float) -> InboxMessage | None:
         message = super().pop(run_id, timeout)
-        if message is not None and message["kind"] == DONE and not self.taken:
+        if isinstance(message, Completion) and not self.taken:
             self.taken.append(message)
             return None
         return message
 
-    def recover(self, run_id: str) -> list[dict[str, Any]]:
+    def recover(self, run_id: str) -> list[InboxMessage]:
         return list(self.taken)
 
 
@@ -76,8 +74,8 @@ def test_a_completion_whose_reply_was_lost_is_recovered_from_the_taken_list_not_
     flow = flow_with_retries(0)
     sent: list[int] = []
 
-    def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
-        sent.append(call["attempt"])
+    def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
+        sent.append(call.attempt)
         answer(runtime, flow, call)
 
     run_id = drive_with(runtime, flow, dispatch)

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timezone
-from typing import Any
 
 from sqlalchemy import update
 
 from fluksio import Flow
 from fluksio.driver.drive import drive
-from fluksio.runs.inbox import CANCEL, DONE
+from fluksio.messages import Cancel, Completion, InboxMessage, NodeCall
 from fluksio.runs.submit import submit_run
 from fluksio.store.models import Run
 from fluksio.store.runs import get_run, node_rows
 from tests.unit.driver.test_drive_rows import hop
 
 
-def completion(call_id: str, node: str, epoch: int) -> dict[str, Any]:
+def completion(call_id: str, node: str, epoch: int) -> Completion:
     now = datetime.now(timezone.utc).isoformat()
-    return {"kind": DONE, "call_id": call_id, "node": node, "attempt": 1, "epoch": epoch, "status": "ok",
-            "machine": "local", "gpus": [], "started_at": now, "finished_at": now, "outputs": {node: 0},
-            "artifacts": [], "logs": ""}
+    return Completion(call_id=call_id, node=node, attempt=1, epoch=epoch, status="ok", machine="local",
+                      started_at=now, finished_at=now, outputs={node: 0}, logs="")
 
 
 def test_an_old_driver_hands_back_the_new_drivers_messages_stops_its_calls_and_writes_nothing(make_runtime):
@@ -30,22 +29,22 @@ def test_an_old_driver_hands_back_the_new_drivers_messages_stops_its_calls_and_w
     flow.node(hop, name="b", provides="b", requires=[])
     sent: list[str] = []
     revoked: list[str] = []
-    theirs = [completion("RUN.r1.a.1", "a", epoch=1), {"kind": CANCEL}]
+    theirs: list[InboxMessage] = [completion("RUN.r1.a.1", "a", epoch=1), Cancel()]
 
-    def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
-        assert call["epoch"] == 0
-        sent.append(call["call_id"])
+    def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
+        assert call.epoch == 0
+        sent.append(call.call_id)
         if len(sent) < 2:
             return
         # While this driver's calls run, the run is resumed (it looked dead); the new driver's call ends and
         # the run's cancel is asked for, and then one of this driver's own calls ends: all in the inbox both
         # drives share, taken by this driver in one go.
-        run_id = call["run_id"]
+        run_id = call.run_id
         with runtime.db.write() as session:
             session.execute(update(Run).where(Run.id == run_id).values(resume_count=1))
-        theirs[0]["call_id"] = f"{run_id}.r1.a.1"
+        theirs[0] = dataclasses.replace(theirs[0], call_id=f"{run_id}.r1.a.1")
         for message in theirs:
-            runtime.inbox.push(run_id, dict(message))
+            runtime.inbox.push(run_id, message)
         runtime.inbox.push(run_id, completion(sent[0], "a", epoch=0))
 
     run, _ = submit_run(runtime.db, runtime.registry, runtime.artifacts, flow, engine="embedded", params={},

@@ -17,10 +17,9 @@ from sqlalchemy import event
 from fluksio import Flow
 from fluksio.driver.drive import drive
 from fluksio.driver.journal import WRITE_DELAY_S
-from fluksio.runs.inbox import DONE
+from fluksio.messages import Completion, NodeCall
 from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import submit_run
-from fluksio.schemas import Grant
 from fluksio.store.models import RunNode
 from fluksio.store.runs import get_run, node_rows
 
@@ -49,18 +48,17 @@ def node_inserts(runtime):
     event.remove(runtime.db.write_engine, "before_cursor_execute", before)
 
 
-def answer(runtime: Runtime, flow: Flow, call: dict[str, Any], ok: bool = True) -> None:
+def answer(runtime: Runtime, flow: Flow, call: NodeCall, ok: bool = True) -> None:
     """What a worker does when the call ends: give the grant back, tell the driver."""
-    grant = Grant.model_validate(call["grant"])
+    grant = call.grant
     runtime.placer.release(grant)
     now = datetime.now(timezone.utc).isoformat()
-    runtime.inbox.push(call["run_id"], {
-        "kind": DONE, "call_id": call["call_id"], "node": call["node"], "attempt": call["attempt"],
-        "status": "ok" if ok else "error", "error": None if ok else "ValueError: no",
-        "machine": grant.machine, "gpus": [], "started_at": now, "finished_at": now,
-        "outputs": {m: 0 for m in flow.nodes[call["node"]].provides} if ok else None,
-        "artifacts": [], "logs": "",
-    })
+    runtime.inbox.push(call.run_id, Completion(
+        call_id=call.call_id, node=call.node, attempt=call.attempt,
+        status="ok" if ok else "error", error=None if ok else "ValueError: no",
+        machine=grant.machine, gpus=(), started_at=now, finished_at=now,
+        outputs={m: 0 for m in flow.nodes[call.node].provides} if ok else None, logs="",
+    ))
 
 
 def drive_with(runtime: Runtime, flow: Flow, dispatch: Any) -> str:
@@ -73,7 +71,7 @@ def drive_with(runtime: Runtime, flow: Flow, dispatch: Any) -> str:
 def drive_instantly(runtime: Runtime, flow: Flow, failing: frozenset[str] = frozenset()) -> str:
     """Drive the flow with a worker that answers every call the moment it is sent."""
     return drive_with(runtime, flow, lambda call, _queue, _display: answer(
-        runtime, flow, call, ok=call["node"] not in failing))
+        runtime, flow, call, ok=call.node not in failing))
 
 
 def hop(previous: int | None = None) -> int:
@@ -142,14 +140,14 @@ def test_rows_of_finished_calls_wait_briefly_for_company_while_others_run(runtim
     rows_when_the_last_ended: list[int] = []
     run_ids: list[str] = []
 
-    def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
-        run_ids.append(call["run_id"])
-        if call["node"] != "n9":
+    def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
+        run_ids.append(call.run_id)
+        if call.node != "n9":
             answer(runtime, flow, call)
             return
 
         def finish_late() -> None:  # the slow call ends well after the others' rows were due
-            rows_when_the_last_ended.append(len(node_rows(runtime.db, call["run_id"])))
+            rows_when_the_last_ended.append(len(node_rows(runtime.db, call.run_id)))
             answer(runtime, flow, call)
 
         threading.Timer(WRITE_DELAY_S * 6, finish_late).start()
@@ -169,14 +167,14 @@ def test_a_row_is_written_before_a_node_that_depends_on_it_is_sent_even_while_ot
     flow.node(hop, name="b", provides="b", requires=[])
     flow.node(hop, name="c", provides="c", requires=["a"])
     rows_when_c_was_sent: list[list[str]] = []
-    slow: list[dict[str, Any]] = []
+    slow: list[NodeCall] = []
 
-    def dispatch(call: dict[str, Any], _queue: str, _display: str) -> None:
-        if call["node"] == "b":
+    def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
+        if call.node == "b":
             slow.append(call)
             return
-        if call["node"] == "c":
-            rows_when_c_was_sent.append(sorted(r.node for r in node_rows(runtime.db, call["run_id"])))
+        if call.node == "c":
+            rows_when_c_was_sent.append(sorted(r.node for r in node_rows(runtime.db, call.run_id)))
             threading.Timer(0.1, answer, (runtime, flow, slow[0])).start()
         answer(runtime, flow, call)
 

@@ -25,8 +25,8 @@ def test_a_call_naming_a_flow_not_registered_here_fails_and_gives_its_grant_back
     execute_call(runtime, {"call_id": "r.n.1", "run_id": "r", "flow": "elsewhere", "node": "n", "attempt": 1,
                            "inputs": {}, "grant": grant.model_dump(mode="json")})
     completion = runtime.inbox.pop("r", timeout=1)
-    assert completion is not None and completion["status"] == "error"
-    assert "flow 'elsewhere' is not registered on machine m" in completion["error"]
+    assert completion is not None and completion.status == "error"
+    assert "flow 'elsewhere' is not registered on machine m" in completion.error
     assert runtime.placer.snapshot()["machines"][0]["free"]["cpus"] == 1
 
 
@@ -43,7 +43,7 @@ def test_a_node_returning_a_nul_character_fails_with_a_message(tmp_path: Path) -
     execute_call(runtime, {"call_id": "r.text.1", "run_id": "r", "flow": "nul", "node": "text", "attempt": 1,
                            "inputs": {}, "grant": grant.model_dump(mode="json")})
     completion = runtime.inbox.pop("r", timeout=1)
-    assert completion["status"] == "error" and "contains a NUL character" in completion["error"]
+    assert completion.status == "error" and "contains a NUL character" in completion.error
 
 
 def counting_flow(name: str, added: int, ran: list[int]) -> Flow:
@@ -70,13 +70,13 @@ def test_a_call_claimed_with_other_code_than_loaded_here_is_refused_and_gives_it
     driver_digest = "sha256:" + "cd34" * 16
     execute_call(runtime, call_of(runtime, "r.step.1", "train", code_digest=driver_digest))
     completion = runtime.inbox.pop("r", timeout=1)
-    assert completion is not None and completion["status"] == "error"
-    assert completion["error"] == (
+    assert completion is not None and completion.status == "error"
+    assert completion.error == (
         f"machine m loaded other code for flow 'train' than this run was claimed with ({here[:19]}… here, "
         "sha256:cd34cd34cd34… in the run's driver): its files changed since one of them started; restart "
         "`fluksio worker` on m (or the drivers) so that both load the same code")
     assert ran == [] and started == []  # the node never ran
-    assert "outputs" not in completion
+    assert completion.outputs is None
     assert runtime.placer.snapshot()["machines"][0]["free"]["cpus"] == 1
     assert runtime.placer.try_claim(Request("r.step.2", Resources(cpus=1))) is not None  # the cpu is free again
 
@@ -87,8 +87,8 @@ def test_a_call_claimed_with_the_code_loaded_here_runs(tmp_path: Path) -> None:
     runtime.registry.register(counting_flow("train", 1, ran))
     execute_call(runtime, call_of(runtime, "r.step.1", "train", code_digest=runtime.registry.digest("train")))
     completion = runtime.inbox.pop("r", timeout=1)
-    assert completion["status"] == "ok", completion.get("error")
-    assert completion["outputs"] == {"y": 2} and ran == [1]
+    assert completion.status == "ok", completion.error
+    assert completion.outputs == {"y": 2} and ran == [1]
 
 
 def test_a_call_without_a_digest_from_an_older_driver_runs_as_before(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_a_call_without_a_digest_from_an_older_driver_runs_as_before(tmp_path: P
     runtime.registry.register(counting_flow("train", 1, ran))
     execute_call(runtime, call_of(runtime, "r.step.1", "train"))
     completion = runtime.inbox.pop("r", timeout=1)
-    assert completion["status"] == "ok" and completion["outputs"] == {"y": 2} and ran == [1]
+    assert completion.status == "ok" and completion.outputs == {"y": 2} and ran == [1]
 
 
 def test_a_call_runs_the_version_its_run_was_claimed_with_when_the_flow_was_redefined_since(
@@ -112,10 +112,10 @@ def test_a_call_runs_the_version_its_run_was_claimed_with_when_the_flow_was_rede
     assert runtime.registry.digest("train") != old_digest
     execute_call(runtime, call_of(runtime, "r.step.1", "train", code_digest=old_digest))
     completion = runtime.inbox.pop("r", timeout=1)
-    assert completion["status"] == "ok" and completion["outputs"] == {"y": 2}
+    assert completion.status == "ok" and completion.outputs == {"y": 2}
     assert old_ran == [1] and new_ran == []
     execute_call(runtime, call_of(runtime, "r.step.2", "train", code_digest=runtime.registry.digest("train")))
-    assert runtime.inbox.pop("r", timeout=1)["outputs"] == {"y": 101} and new_ran == [1]
+    assert runtime.inbox.pop("r", timeout=1).outputs == {"y": 101} and new_ran == [1]
 
 
 def test_a_second_copy_of_a_running_call_is_dropped_without_touching_the_first(tmp_path: Path) -> None:
@@ -136,4 +136,4 @@ def test_a_completion_names_the_drive_its_call_came_from(tmp_path: Path) -> None
     runtime.registry.register(counting_flow("epochs", 1, []))
     execute_call(runtime, call_of(runtime, "r.r1.step.1", "epochs", epoch=1))
     completion = runtime.inbox.pop("r", timeout=1)
-    assert (completion["status"], completion["epoch"], completion["outputs"]) == ("ok", 1, {"y": 2})
+    assert (completion.status, completion.epoch, completion.outputs) == ("ok", 1, {"y": 2})

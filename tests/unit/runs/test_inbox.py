@@ -8,24 +8,29 @@ import pytest
 import redis
 
 from fluksio.errors import ConfigError
-from fluksio.runs.inbox import DONE, MemoryInbox, RedisInbox
+from fluksio.messages import Completion
+from fluksio.runs.inbox import MemoryInbox, RedisInbox
+
+
+def done(i: int) -> Completion:
+    return Completion(call_id=f"r.n.{i}", node="n", attempt=i, status="ok")
 
 
 def test_drain_takes_what_waits_in_order_up_to_the_limit_and_does_not_wait():
     inbox = MemoryInbox()
     for i in range(5):
-        inbox.push("r", {"kind": DONE, "i": i})
-    assert inbox.pop("r", timeout=1)["i"] == 0
-    assert [m["i"] for m in inbox.drain("r", 3)] == [1, 2, 3]
+        inbox.push("r", done(i))
+    assert inbox.pop("r", timeout=1) == done(0)
+    assert inbox.drain("r", 3) == [done(1), done(2), done(3)]
     started = time.monotonic()
-    assert [m["i"] for m in inbox.drain("r", 10)] == [4]
+    assert inbox.drain("r", 10) == [done(4)]
     assert inbox.drain("r", 10) == []
     assert time.monotonic() - started < 0.5
 
 
 def test_drain_of_another_run_takes_nothing_of_this_one():
     inbox = MemoryInbox()
-    inbox.push("a", {"kind": DONE})
+    inbox.push("a", done(0))
     assert inbox.drain("b", 10) == []
     assert len(inbox.drain("a", 10)) == 1
 

@@ -78,3 +78,17 @@ def test_a_lost_hand_over_of_a_resumed_run_is_sent_again_once_it_is_stale(db):
         session.execute(update(Run).where(Run.id == run_id).values(lease_at=utcnow() - timedelta(minutes=2)))
     sweep_once(db, 60, drivable=["train"], hand_over=lambda *args: handed.append(args))
     assert handed == [(run_id, "train", False)]
+
+
+def test_a_run_the_sweeper_abandons_is_told_to_its_alerts_and_a_resumed_one_is_not(db):
+    abandoned, resumed = running_run_with_a_dead_driver(db), running_run_with_a_dead_driver(db, flow="etl")
+    ended: list[tuple[str, RunStatus]] = []
+    sweep_once(db, 61, drivable=["etl"], hand_over=lambda *args: None, auto_resume=True,
+               ended=lambda run_id, status: ended.append((run_id, status)))
+    assert ended == []  # the 'etl' run went back to queued; the other is left a second stale limit
+    with db.write() as session:
+        session.execute(update(Run).where(Run.id == abandoned).values(lease_at=utcnow() - timedelta(minutes=5)))
+    sweep_once(db, 61, drivable=["etl"], hand_over=lambda *args: None, auto_resume=True,
+               ended=lambda run_id, status: ended.append((run_id, status)))
+    assert ended == [(abandoned, RunStatus.ABANDONED)]
+    assert get_run(db, resumed).status == RunStatus.QUEUED.value

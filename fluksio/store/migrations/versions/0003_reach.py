@@ -30,6 +30,7 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("element", sa.Integer(), nullable=False, server_default="-1"))
         batch_op.add_column(sa.Column("granted", JSON, nullable=True))
         batch_op.add_column(sa.Column("child_run", sa.String(length=26), nullable=True))
+        batch_op.add_column(sa.Column("cached_element", sa.Integer(), nullable=True))
         batch_op.drop_constraint("uq_run_nodes_attempt", type_="unique")
         batch_op.create_unique_constraint("uq_run_nodes_attempt", ["run_id", "node", "element", "attempt"])
     with op.batch_alter_table("run_artifacts", schema=None) as batch_op:
@@ -44,6 +45,7 @@ def downgrade() -> None:
     with op.batch_alter_table("run_nodes", schema=None) as batch_op:
         batch_op.drop_constraint("uq_run_nodes_attempt", type_="unique")
         batch_op.create_unique_constraint("uq_run_nodes_attempt", ["run_id", "node", "attempt"])
+        batch_op.drop_column("cached_element")
         batch_op.drop_column("child_run")
         batch_op.drop_column("granted")
         batch_op.drop_column("element")

@@ -1,0 +1,69 @@
+"""``fluksio alerts``: what was sent and what failed, and a sample alert to check a rule."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from fluksio.cli import render
+from fluksio.runs.contact import open_store
+from fluksio.settings import load_settings
+from fluksio.store import alerts as alert_rows
+
+
+@click.group()
+def alerts() -> None:
+    """Alerts: rules in config/alerts.json (FLUKSIO_ALERTS) that tell a webhook or a mailbox when runs end."""
+
+
+@alerts.command("log")
+@click.option("--rule", help="Only alerts of this rule.")
+@click.option("--run", "run_id", metavar="RUN", help="Only alerts about this run (its full id).")
+@click.option("--failed", is_flag=True, help="Only alerts that could not be sent.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def log(rule: str | None, run_id: str | None, failed: bool, limit: int, as_json: bool) -> None:
+    """List alerts sent and failed, newest first."""
+    db = open_store(load_settings())
+    try:
+        records = alert_rows.list_alerts(db, rule=rule, run_id=run_id,
+                                         outcome=alert_rows.FAILED if failed else None, limit=limit)
+    finally:
+        db.dispose()
+    if as_json:
+        click.echo(json.dumps([json.loads(r.model_dump_json()) for r in records], indent=2))
+        return
+    if not records:
+        click.echo("no alerts yet")
+        return
+    table = Table(show_edge=False, header_style="bold")
+    for column in ("when", "rule", "run", "status", "target", "outcome", "tries", "error"):
+        table.add_column(column)
+    for r in records:
+        table.add_row(r.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"), r.rule, r.run_id or "(sample)",
+                      r.status, r.target, Text(r.outcome, style="green" if r.outcome == alert_rows.SENT else "red"),
+                      str(r.attempts), render.short(r.error or "", 80))
+    render.console().print(table)
+
+
+@alerts.command("test")
+@click.argument("rule")
+def test(rule: str) -> None:
+    """Send a sample alert through RULE now (one try), and say how it went; exit 1 if it failed."""
+    from fluksio.triggers.alerts import send_test
+
+    settings = load_settings()
+    db = open_store(settings)
+    try:
+        record = send_test(settings, db, rule)
+    finally:
+        db.dispose()
+    if record.outcome == alert_rows.SENT:
+        click.echo(f"sample alert of rule {rule} sent to {record.target}")
+        return
+    click.echo(f"sample alert of rule {rule} to {record.target} failed: {record.error}", err=True)
+    sys.exit(1)

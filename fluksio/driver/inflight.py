@@ -1,0 +1,84 @@
+"""The calls a driver sent and has not heard the end of, and how it notices those that will never report.
+
+A call whose machine died (or restarted) is lost. A call whose grant its
+worker gave back, yet whose completion has not come by the next check either,
+reported into a message that went astray: the driver first looks for it among
+what the inbox handed out lately, and only then gives up on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from fluksio.placement.placer import Placer
+from fluksio.schemas import Grant
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A call in flight: its unit (a node, or ``node[i]``) and the grant it holds."""
+
+    unit: str
+    grant: Grant
+
+
+class CallsInFlight:
+    """Call id → :class:`Sent`, for every call dispatched and not yet settled.
+
+    Invariant: a call is here from the moment it is sent until its completion is handled (or it is
+    settled without one: lost, cancelled, stopped); its grant is held all that time.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[str, Sent] = {}
+        #: Calls whose grant was found given back at the last check, their completions not yet come.
+        self._given_back: set[str] = set()
+
+    def add(self, call_id: str, unit: str, grant: Grant) -> None:
+        self._calls[call_id] = Sent(unit, grant)
+
+    def pop(self, call_id: str) -> Sent | None:
+        return self._calls.pop(call_id, None)
+
+    def __contains__(self, call_id: object) -> bool:
+        return call_id in self._calls
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def items(self) -> list[tuple[str, Sent]]:
+        """A copy: settling a call while going through them is allowed."""
+        return list(self._calls.items())
+
+    def take_all(self) -> list[tuple[str, Sent]]:
+        """Every call in flight, forgotten here (the caller stops them)."""
+        calls = list(self._calls.items())
+        self._calls.clear()
+        return calls
+
+    def given_back(self, placer: Placer) -> tuple[set[str], bool]:
+        """The calls whose grants are no longer held, and whether some of them were already at the last check
+        (their completions are overdue: worth looking for among what the inbox handed out)."""
+        found = placer.given_back([sent.grant for sent in self._calls.values()])
+        return found, bool(found & self._given_back)
+
+    def unreported(self, given_back: set[str], placer: Placer) -> Iterator[tuple[str, Sent, bool]]:
+        """``(call id, sent, lost)`` for each call that will never report: its machine is gone (``lost``), or
+        its grant was given back at this check and the last one without a completion coming."""
+        lost: dict[tuple[str, str | None], bool] = {}  # one look per machine (and start of it), not per call
+        for call_id, sent in self.items():
+            machine = (sent.grant.machine, sent.grant.incarnation)
+            if machine not in lost:
+                lost[machine] = placer.lost(sent.grant)
+            if lost[machine]:
+                yield call_id, sent, True
+            elif call_id in given_back and call_id in self._given_back:
+                yield call_id, sent, False
+
+    def remember_given_back(self, given_back: set[str]) -> None:
+        """Keep, for the next check, which calls still in flight had their grant given back at this one."""
+        self._given_back = given_back & self._calls.keys()
+
+    def grants(self) -> Sequence[Grant]:
+        return [sent.grant for sent in self._calls.values()]

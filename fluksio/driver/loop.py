@@ -1,0 +1,235 @@
+"""The driver's loop: dispatch every ready unit, take completions, keep the lease, until the run is over.
+
+It waits on the run's inbox for completions, wake-ups and cancel requests —
+never on a result backend. A node that fails cannot take the driver down; a
+driver that fails still ends its run with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from fluksio.driver.caching import NodeCache
+from fluksio.driver.dispatching import Dispatcher
+from fluksio.driver.journal import Journal
+from fluksio.driver.restore import restore_earlier
+from fluksio.driver.settling import Settler
+from fluksio.driver.state import Dispatch, DriveState, Revoke
+from fluksio.driver.verdict import End, verdict
+from fluksio.driver.waitlists import WaitLists
+from fluksio.driver.walk import Walk
+from fluksio.flows.flow import Flow
+from fluksio.messages import Cancel, Completion, InboxMessage
+from fluksio.runs.runtime import Runtime
+from fluksio.schemas import RunStatus
+from fluksio.settings import redact_url
+from fluksio.store import runs as run_rows
+
+log = logging.getLogger(__name__)
+
+#: Most completions a driver takes from its inbox in one go.
+DRAIN_LIMIT = 500
+
+
+class Driver:
+    """Drives one claimed run to its end, through its parts: a :class:`Dispatcher` sends ready units, a
+    :class:`Settler` turns what comes back into rows and walk steps; the loop keeps the lease.
+
+    Invariants: every call in flight holds a grant until its completion is handled or the driver
+    gives the grant back itself; a row is written before anything that depends on it is sent; once
+    the run is another driver's (``End.LOST``) nothing more is written to it.
+    """
+
+    def __init__(self, runtime: Runtime, run_id: str, params: dict, flow: Flow, dispatch: Dispatch, revoke: Revoke,
+                 code_digest: str | None = None, use_cache: bool = True, epoch: int = 0,
+                 requeue_on_shutdown: bool = False) -> None:
+        walk = Walk(flow, params, max_elements=runtime.settings.max_elements)
+        self.s = DriveState(
+            rt=runtime, run_id=run_id, epoch=epoch, flow=flow, walk=walk,
+            cache=NodeCache(runtime.db, runtime.artifacts, flow, code_digest, use_cache, walk.inputs_of),
+            journal=Journal(runtime.db, runtime.events, run_id), dispatch=dispatch, revoke=revoke,
+            code_digest=code_digest, waitlists=WaitLists(walk.elements),
+        )
+        self.s.attempts.update(restore_earlier(walk, run_rows.node_rows(runtime.db, run_id)))
+        self.s.first_attempt.update(self.s.attempts)
+        self.settler = Settler(self.s)
+        self.dispatcher = Dispatcher(self.s, self.settler.unsent)
+        #: On shutdown, send the run back to ``queued`` (auto-resume) rather than mark it ``abandoned``.
+        self.requeue_on_shutdown = requeue_on_shutdown
+
+    @property
+    def end(self) -> End:
+        return self.s.end
+
+    def run(self) -> None:
+        s = self.s
+
+        def wake() -> None:
+            if s.waitlists.waiting:  # only a driver with units waiting for resources cares
+                s.rt.inbox.wake(s.run_id)
+
+        s.rt.placer.add_listener(wake)
+        s.rt.driving.add(s.run_id)
+        try:
+            s.journal_ended()  # nodes the walk decided at once (a condition on an input, say)
+            self._loop()
+            self._wind_up()
+        except Exception as exc:
+            log.exception("driver of run %s failed", s.run_id)
+            self._abort(self._describe_failure(exc))
+        finally:
+            s.rt.driving.discard(s.run_id)
+            s.rt.placer.remove_listener(wake)
+            self.dispatcher.forget_waiting()
+            if s.end is End.LOST:
+                s.rt.inbox.leave(s.run_id)  # the inbox is the new driver's now
+            else:
+                s.rt.inbox.close(s.run_id)
+
+    def _wind_up(self) -> None:
+        """After the loop: write (or, for a lost run, drop) the rows, then end the run as the loop left it."""
+        s = self.s
+        if not s.end.writes_rows:
+            # The run is another driver's now, and so are its rows: one written from here could take the
+            # place of the new driver's row for the same attempt. Its calls in flight are of no use to
+            # anyone (their rows would be discarded too): they stop and free their machines.
+            self.settler.stop_calls()
+            s.journal.discard()
+            return
+        s.journal.write()
+        s.journal.announce()
+        if s.end is End.HANDED_OVER:
+            self.settler.stop_calls()
+            self._leave_to_another_driver()
+        else:
+            self._finish()
+
+    def _leave_to_another_driver(self) -> None:
+        s = self.s
+        reason = "its driver's worker was shut down mid-run"
+        if self.requeue_on_shutdown and run_rows.requeue_handed_over(s.rt.db, s.run_id, s.epoch, reason):
+            s.end = End.REQUEUED
+            return
+        run_rows.finish(s.rt.db, s.run_id, RunStatus.ABANDONED, f"{reason}; `fluksio resume` re-drives it", None,
+                        s.epoch)
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        s = self.s
+        settings = s.rt.settings
+        next_lease = time.monotonic() + settings.lease_interval_s
+        next_check = time.monotonic() + settings.heartbeat_interval_s
+        while True:
+            if self._rows_due():
+                s.journal.write()  # what finished is journaled before anything is sent on from it
+            if s.rt.stopping.is_set() and not s.cancelled:
+                s.end = End.HANDED_OVER
+                return
+            if not s.cancelled:
+                self.dispatcher.schedule()
+            # Watchers can wait a moment for their events; the next call should not wait for them.
+            s.journal.announce()
+            if s.cancelled:
+                return
+            if s.walk.drained:
+                s.end = End.DRAINED
+                return
+            wake_at = min(next_lease, next_check, s.journal.due_at() or next_check)
+            message = s.rt.inbox.pop(s.run_id, timeout=max(0.0, wake_at - time.monotonic()))
+            now = time.monotonic()
+            if now >= next_lease:
+                next_lease = now + settings.lease_interval_s
+                if not self._keep_lease():
+                    return
+            if message is not None:
+                self._handle([message])
+                if s.end is End.LOST:
+                    return
+            if now >= next_check:
+                # After the messages taken: a completion in hand is not a call that never reported.
+                next_check = now + settings.heartbeat_interval_s
+                self.settler.check_calls()
+
+    def _keep_lease(self) -> bool:
+        """Refresh the lease; ``False`` when the run is no longer ours. A cancel asked for is acted on here."""
+        s = self.s
+        held, cancel = run_rows.refresh_lease(s.rt.db, s.run_id, s.epoch)
+        if not held:
+            # A sweeper declared us dead (the store was unreachable past the stale limit): the run is
+            # someone else's now.
+            log.warning("run %s is no longer ours (marked abandoned); stopping", s.run_id)
+            s.end = End.LOST
+            return False
+        if cancel:
+            self._cancel()
+        else:
+            self.dispatcher.keep_waiting()
+        return True
+
+    def _handle(self, messages: list[InboxMessage]) -> None:
+        """Act on what the inbox gave; a completion brings along the others that came meanwhile."""
+        s = self.s
+        if isinstance(messages[0], Completion) and len(s.calls) > 1:
+            # Other calls may have finished meanwhile (a fan-out): take them now, write them together.
+            # (With one call in flight, as in a chain, there is nothing else to take: no round trip.)
+            messages += s.rt.inbox.drain(s.run_id, DRAIN_LIMIT)
+        for index, message in enumerate(messages):
+            if isinstance(message, Completion):
+                self.settler.completed(message)
+            elif isinstance(message, Cancel):
+                self._cancel()
+            if s.end is End.LOST:
+                self._hand_back(messages[index:])
+                return
+
+    def _rows_due(self) -> bool:
+        """Whether the rows collected must be written now: something depends on them, nothing else is
+        running (no company is coming), the run is ending, or they have waited long enough."""
+        s = self.s
+        return s.journal.due() or (s.journal.waiting and (
+            s.walk.has_fresh or not s.calls or s.cancelled or s.rt.stopping.is_set()))
+
+    def _hand_back(self, messages: list[InboxMessage]) -> None:
+        """Put back what this driver took after the run became another driver's: that driver's completions,
+        cancel requests and wake-ups. Completions of this driver's own calls (or older ones) are dropped."""
+        for message in messages:
+            if not isinstance(message, Completion) or message.epoch > self.s.epoch:
+                self.s.rt.inbox.push(self.s.run_id, message)
+
+    # -- endings --------------------------------------------------------------------------------
+
+    def _cancel(self) -> None:
+        if not self.s.cancelled:
+            self.dispatcher.forget_waiting()
+            self.s.waitlists.clear()
+            self.settler.cancel()
+
+    def _finish(self) -> None:
+        s = self.s
+        ended = verdict(s.walk, s.end)
+        run_rows.finish(s.rt.db, s.run_id, ended.status, ended.reason, s.walk.result(), s.epoch)
+        s.rt.run_ended(s.run_id, ended.status)
+        s.rt.events.publish("run_finished", run_id=s.run_id, flow=s.flow.name, status=ended.status.value,
+                            reason=ended.reason)
+
+    def _describe_failure(self, exc: Exception) -> str:
+        settings = self.s.rt.settings
+        if type(exc).__module__.split(".")[0] in ("redis", "kombu", "amqp"):
+            return (f"lost the broker {redact_url(settings.broker_url)} for longer than "
+                    f"{settings.broker_outage_s:g} s: {type(exc).__name__}: {exc}")
+        return f"the driver failed: {type(exc).__name__}: {exc}"
+
+    def _abort(self, reason: str) -> None:
+        s = self.s
+        self.settler.stop_calls()
+        try:  # rows of nodes that finished before the failure are worth keeping, if the store takes them
+            s.journal.write()
+            s.journal.announce()
+        except Exception:
+            log.exception("could not record the finished nodes of run %s", s.run_id)
+        try:
+            run_rows.finish(s.rt.db, s.run_id, RunStatus.ERROR, reason, None, s.epoch)
+        except Exception:
+            log.exception("could not record the failure of run %s", s.run_id)

@@ -1,0 +1,67 @@
+"""What one drive knows of its run: the walk, the calls out, the wait lists, the rows not yet written.
+
+The driver's parts (dispatching ready units, settling completions, the loop)
+share one :class:`DriveState`; each part changes only what its job needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fluksio.driver.caching import NodeCache
+from fluksio.driver.inflight import CallsInFlight
+from fluksio.driver.journal import Journal
+from fluksio.driver.rows import ended_row
+from fluksio.driver.verdict import End
+from fluksio.driver.waitlists import WaitLists
+from fluksio.driver.walk import Walk
+from fluksio.flows.flow import Flow
+from fluksio.messages import NodeCall
+from fluksio.runs.runtime import Runtime
+
+#: ``dispatch(call, queue, display_name)`` sends one node call to a worker queue.
+Dispatch = Callable[[NodeCall, str, str], None]
+#: ``revoke(call_id)`` kills a dispatched call (or stops it from starting).
+Revoke = Callable[[str], None]
+
+
+@dataclass
+class DriveState:
+    """One drive of one run. ``epoch`` (how often the run was resumed when this driver claimed it) guards
+    its writes and names its calls; ``end`` says why it stopped (``DRIVING`` until it does)."""
+
+    rt: Runtime
+    run_id: str
+    epoch: int
+    flow: Flow
+    walk: Walk
+    cache: NodeCache
+    journal: Journal
+    dispatch: Dispatch
+    revoke: Revoke
+    code_digest: str | None = None
+    end: End = End.DRIVING
+    calls: CallsInFlight = field(default_factory=CallsInFlight)
+    waitlists: WaitLists = field(default_factory=WaitLists)
+    #: Unit → the attempt its next call is (a resumed run continues the count).
+    attempts: dict[str, int] = field(default_factory=dict)
+    #: Unit → the attempt this drive started from: retries are counted from here.
+    first_attempt: dict[str, int] = field(default_factory=dict)
+    #: Unit → the warning its grant came with (it was clamped to fit).
+    warnings: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.end is End.CANCELLED
+
+    def call_id(self, unit: str) -> str:
+        # A resumed run's calls are named apart from the calls of the drive that went before it.
+        drive = f".r{self.epoch}" if self.epoch else ""
+        return f"{self.run_id}{drive}.{unit}.{self.attempts.get(unit, 1)}"
+
+    def journal_ended(self) -> None:
+        """Rows for the nodes the walk ended without a call (skipped, failed before a call, mapped over nothing)."""
+        for ended in self.walk.take_ended():
+            self.journal.add(ended_row(self.run_id, ended, self.attempts.get(ended.node, 1)),
+                             event={"node": ended.node, "status": ended.status.value, "error": ended.reason})

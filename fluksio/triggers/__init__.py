@@ -1,0 +1,1 @@
+"""Triggers: runs that start themselves (schedules fired by Celery beat) and alerts when runs end."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 
 from fluksio.placement.backend import Books, MachinesChanged, MachineView, WaitingCall
@@ -64,6 +64,7 @@ class MemoryBooks(Books):
             held = self._held.get(grant_id)
             if held is not None:
                 return self._books[held].grants[grant_id]  # a retried claim
+            pool: Iterable[MachineBooks]
             if candidates is None:
                 pool = self._books.values()
             else:

@@ -139,7 +139,7 @@ class RedisBooks(Books):
         return [self._grant(name, gid, json.loads(value)) for gid, value in zip(held[::2], held[1::2])]
 
     def machines(self) -> list[MachineView]:
-        names = sorted(n.decode() for n in self.redis.smembers(MACHINES_KEY))
+        names = sorted(n.decode() if isinstance(n, bytes) else n for n in self.redis.smembers(MACHINES_KEY))
         if not names:
             return []
         pipe = self.redis.pipeline(transaction=False)

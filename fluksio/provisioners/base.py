@@ -306,7 +306,7 @@ class Provisioner(ABC):
         rows = []
         for profile in self.profiles.values():
             last = self.store.last(profile.name)
-            base = {"profile": profile.name, "kind": self.kind, "host": profile.host or "local",
+            base: dict[str, Any] = {"profile": profile.name, "kind": self.kind, "host": profile.host or "local",
                     "shape": profile.shape.model_dump(), "labels": list(profile.labels),
                     "last": last.outcome if last is not None else None}
             if not live.get(profile.name):

@@ -7,7 +7,7 @@ import os
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy.exc import DBAPIError
 
@@ -22,6 +22,9 @@ from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
 from fluksio.schemas import Inventory, RunStatus
 from fluksio.settings import Settings, redact_url
 from fluksio.store.db import Database
+
+if TYPE_CHECKING:
+    from redis import Redis  # the embedded default never loads redis-py
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +50,7 @@ class Runtime:
     #: The machine this process's node worker is, if it runs one.
     machine: str = field(default_factory=socket.gethostname)
     #: The Redis client of the distributed mode (``None`` when embedded).
-    redis: object | None = None
+    redis: Redis | None = None
     #: Runs this process is driving now (its sweeper spares them: they are alive).
     driving: set[str] = field(default_factory=set)
     #: Set when this process shuts down: drivers hand their runs over instead of holding the exit up.
@@ -136,7 +139,7 @@ class Runtime:
         self.db.dispose()
 
 
-def _provisioner(settings: Settings, client: object) -> Provisioner | None:
+def _provisioner(settings: Settings, client: Redis) -> Provisioner | None:
     from fluksio.constants import HEARTBEAT_KEY
     from fluksio.provisioners import create_provisioner, load_profiles, profiles_path
     from fluksio.provisioners.redis_store import RedisRequestStore

@@ -81,6 +81,14 @@ class Sweep:
 
 
 class Client:
+    """A connection to one installation: its run store, its broker and placer books, its flows.
+
+    Embedded (no broker configured), the client also runs the installation: an in-process broker,
+    driver and node workers on threads, and the lease sweeper; ``close()`` stops them (runs still
+    driven here end ``abandoned``, resumable). Distributed, it only submits and reads: the workers are
+    ``fluksio worker`` processes. Thread-safe; unusable once closed (:class:`~fluksio.errors.FluksioError`).
+    """
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._workers: EmbeddedWorkers | None = None

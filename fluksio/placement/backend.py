@@ -93,6 +93,13 @@ class WaitingCall:
 
 
 class Books(ABC):
+    """Where machines, their free resources and their grants live (this process, or Redis for all hosts).
+
+    Invariants every backend keeps: a machine is never granted more than it has; a grant holds its
+    resources until given back (or its machine leaves or restarts, which voids it); a take is atomic, so
+    two placers never both get the last cpu; giving back is idempotent.
+    """
+
     @abstractmethod
     def attach(self, inventory: Inventory) -> None:
         """Add a machine with all its resources free (a re-attaching machine starts afresh)."""

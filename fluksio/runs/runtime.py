@@ -40,6 +40,14 @@ class RunEndListener(Protocol):
 
 @dataclass
 class Runtime:
+    """What every part of one fluksio process shares: settings, run store, artifact store, flows, placer,
+    inboxes and events, built once (:meth:`embedded`, :meth:`distributed`, :meth:`standalone`).
+
+    The embedded runtime keeps books, inboxes and events in this process; the distributed one in the
+    broker's Redis, shared by every host. ``driving`` holds the runs this process drives now (its sweeper
+    spares them); ``stopping`` is set when the process shuts down and its drivers hand their runs over.
+    """
+
     settings: Settings
     db: Database
     artifacts: ArtifactStore

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 
 from fluksio.placement.memory import MemoryBooks
@@ -26,8 +25,21 @@ def seen(placer: Placer, name: str) -> dict:
     return entry
 
 
-def placer_with(*inventories, shapes=()) -> Placer:
-    placer = Placer(provisioner_shapes=shapes)
+class Clock:
+    """Seconds since the epoch that move only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def placer_with(*inventories, shapes=(), clock: Clock | None = None) -> Placer:
+    placer = Placer(provisioner_shapes=shapes, clock=clock or Clock())
     for inventory in inventories:
         placer.attach(inventory)
     return placer
@@ -557,21 +569,23 @@ def waiting_nodes(placer: Placer, stale_after_s: float | None = None) -> list[st
 
 
 def test_a_waiting_call_nobody_keeps_is_dropped_once_stale():
-    placer = placer_with(machine("m", cpus=1))
+    clock = Clock()
+    placer = placer_with(machine("m", cpus=1), clock=clock)
     assert isinstance(placer.try_claim(req("busy")), Grant)
     assert isinstance(placer.try_claim(req("kept")), Waiting)
     assert isinstance(placer.try_claim(req("orphan")), Waiting)
-    time.sleep(0.3)
+    clock.advance(0.3)
     placer.keep_waiting(["kept"])  # its driver is alive; the orphan's died
     assert sorted(waiting_nodes(placer, stale_after_s=0.2)) == ["kept"]
     assert waiting_nodes(placer) == ["kept"]  # the orphan is gone from the books, not only from the view
 
 
 def test_without_a_stale_limit_every_waiting_call_is_listed():
-    placer = placer_with(machine("m", cpus=1))
+    clock = Clock()
+    placer = placer_with(machine("m", cpus=1), clock=clock)
     placer.try_claim(req("busy"))
     placer.try_claim(req("a"))
-    time.sleep(0.05)
+    clock.advance(0.05)
     assert waiting_nodes(placer) == ["a"]
     assert waiting_nodes(placer, stale_after_s=60) == ["a"]
 
@@ -606,10 +620,11 @@ def test_a_grant_of_a_machine_that_attached_again_is_lost():
 
 
 def test_a_long_waiting_call_whose_reason_changes_stays_listed():
-    placer = placer_with(machine("m", cpus=1, ram_mb=100))
+    clock = Clock()
+    placer = placer_with(machine("m", cpus=1, ram_mb=100), clock=clock)
     placer.try_claim(req("busy"))
     placer.try_claim(req("w"))  # waits for a cpu
-    time.sleep(0.3)
+    clock.advance(0.3)
     placer.keep_waiting(["w"])
     placer.try_claim(req("w", ram_mb=100))  # now it also waits for RAM: a new reason, noted now
     assert waiting_nodes(placer, stale_after_s=0.2) == ["w"]

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fluksio.provisioners.base import JobState, ProvisionError
+from fluksio.provisioners.base import ProvisionError
 from fluksio.provisioners.config import SlurmProfile
+from fluksio.provisioners.jobs import JobState
 from fluksio.provisioners.request import MachineRequest, RequestState
 from fluksio.provisioners.slurm import CommandResult, SlurmProvisioner, run_command
 from fluksio.provisioners.slurm_script import (

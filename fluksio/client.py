@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 from fluksio.errors import BrokerUnavailable, RunRejected
 from fluksio.flows.flow import Flow
-from fluksio.messages import Cancel
+from fluksio.runs import family
 from fluksio.runs.metrics import series_of
 from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import check_priority, submit_run, validate_params
@@ -163,9 +163,7 @@ class Client:
         run = run_rows.get_run(self.runtime.db, run_id)
         if self.settings.embedded:
             self.runtime.registry.get(run.flow)  # the driver here must be able to load it
-        run_rows.resume(self.runtime.db, run.id)
-        self.runtime.inbox.close(run.id)
-        send_drive(self.app, run.id, run.flow)
+        family.resume(self.runtime, run)
         return RunHandle(self, run.id)
 
     def sweep(
@@ -204,17 +202,21 @@ class Client:
         return RunHandle(self, run_rows.get_run(self.runtime.db, run_id).id)
 
     def runs(self, flow: str | None = None, status: str | None = None, group: str | None = None,
-             limit: int = 50, schedule: str | None = None) -> list[RunRecord]:
+             limit: int = 50, schedule: str | None = None, parent: str | None = None) -> list[RunRecord]:
         """Runs, newest first (their ``nodes`` are left empty: :meth:`get` one for those).
 
-        ``schedule``: only runs that schedule's ticks started (``RunRecord.schedule_tick`` says which tick).
+        ``schedule``: only runs that schedule's ticks started (``RunRecord.schedule_tick`` says which tick);
+        ``parent``: only the child runs of that run (its subflow calls; an id or a unique prefix).
         """
+        if parent is not None:
+            parent = run_rows.get_run(self.runtime.db, parent).id
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise RunRejected(f"limit must be a whole number ≥ 1, got {limit!r}")
         if status is not None and status not in {s.value for s in RunStatus}:
             raise RunRejected(f"status {status!r} is not one of {', '.join(s.value for s in RunStatus)}")
         return [run_rows.to_record(r, [])
-                for r in run_rows.list_runs(self.runtime.db, flow, status, group, limit, schedule=schedule)]
+                for r in run_rows.list_runs(self.runtime.db, flow, status, group, limit, schedule=schedule,
+                                            parent=parent)]
 
     def schedule(self, name: str, flow: Flow | str, *, cron: str | None = None, tz: str | None = None,
                  every: str | int | timedelta | None = None, params: Mapping[str, Any] | None = None,
@@ -235,12 +237,7 @@ class Client:
 
     def cancel(self, run_id: str, reason: str = "cancelled by request") -> RunStatus:
         """A queued run is cancelled at once; a running one is told to stop. Returns the status after."""
-        status, ended = run_rows.cancel_run(self.runtime.db, run_id, reason)
-        if ended:  # a queued run, cancelled by this call: nobody else will tell its alerts
-            self.runtime.run_ended(run_rows.get_run(self.runtime.db, run_id).id, RunStatus.CANCELLED)
-        if status is RunStatus.RUNNING:
-            self.runtime.inbox.push(run_rows.get_run(self.runtime.db, run_id).id, Cancel())
-        return status
+        return family.cancel(self.runtime, run_id, reason)
 
     def placement(self) -> dict[str, Any]:
         """Every machine (total, free, labels, calls, heartbeat), what waits and why, and the provisioners."""

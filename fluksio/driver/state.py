@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from fluksio.driver.caching import NodeCache
 from fluksio.driver.inflight import CallsInFlight
@@ -50,6 +51,13 @@ class DriveState:
     first_attempt: dict[str, int] = field(default_factory=dict)
     #: Unit → the warning its grant came with (it was clamped to fit).
     warnings: dict[str, str] = field(default_factory=dict)
+    #: Child run id → the subflow call (unit) it is, for every child started and not yet heard the end of.
+    children: dict[str, str] = field(default_factory=dict)
+    #: Of the run: what its child runs inherit (seed, priority, engine), and when it was last resumed.
+    seed: int | None = None
+    priority: int = 0
+    engine: str = "embedded"
+    resumed_at: datetime | None = None
 
     @property
     def cancelled(self) -> bool:

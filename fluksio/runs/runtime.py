@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -17,10 +18,12 @@ from fluksio.errors import ConfigError
 from fluksio.flows.registry import FlowRegistry
 from fluksio.placement.placer import Placer
 from fluksio.provisioners.base import Provisioner
+from fluksio.runs import family
 from fluksio.runs.events import Events, MemoryEvents, RedisEvents
 from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
 from fluksio.schemas import Inventory, RunStatus
 from fluksio.settings import Settings, redact_url
+from fluksio.store import runs as run_rows
 from fluksio.store.db import Database
 
 if TYPE_CHECKING:
@@ -65,6 +68,9 @@ class Runtime:
     stopping: threading.Event = field(default_factory=threading.Event)
     #: Starts machines on demand (Slurm), when the installation has profiles; distributed mode only.
     provisioner: Provisioner | None = None
+    #: ``hand_over(run_id, flow)`` sends a run to a driver (the drive task); set by the Celery app built on
+    #: this runtime. A child run's end uses it to wake its parked parent.
+    hand_over: Callable[[str, str], None] | None = None
     #: The alert dispatcher, when the installation has alert rules (``fluksio.triggers.alerts.attach_alerts``
     #: builds it from the settings: the front doors and driver processes call it, as they start).
     alerts: RunEndListener | None = None
@@ -132,7 +138,15 @@ class Runtime:
                 log.debug("could not wake the driver of %s", run_id, exc_info=True)
 
     def run_ended(self, run_id: str, status: RunStatus) -> None:
-        """A run ended here (its end is written): tell the alerts. Never raises, never waits on the network."""
+        """A run ended here (its end is written): tell its parent (a subflow's child) and the alerts.
+
+        Never raises: whoever ended the run has done its part; what is told is looked after by others too
+        (a parent woken late is found by the sweepers, see ``store.family.stale_woken``).
+        """
+        try:
+            family.tell_parent(self, run_rows.get_run(self.db, run_id))
+        except Exception:
+            log.exception("could not tell the parent of run %s that it ended", run_id)
         if self.alerts is None:
             return
         try:

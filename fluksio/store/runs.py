@@ -168,12 +168,14 @@ def _requeued(previous: RunStatus, reason: str, now: datetime | None = None) -> 
     # lease (which would make a freshly resumed run look long lost and send it to a driver twice).
     return dict(status=RunStatus.QUEUED.value, resumed_from=previous.value, resumed_at=now,
                 resume_count=Run.resume_count + 1, lease_at=now, cancel_requested=False, finished_at=None,
-                result=None, duration_ms=None, status_reason=reason)
+                result=None, duration_ms=None, status_reason=reason, park_state=None)
 
 
 def _stale(now: datetime, stale_after_s: float, spare: Collection[str]) -> list[Any]:
     cutoff = now - timedelta(seconds=stale_after_s)
-    return [Run.status == RunStatus.RUNNING.value, Run.lease_at < cutoff, Run.id.not_in(list(spare))]
+    # A parked run has no driver on purpose (its children run); a woken one is looked after by stale_woken.
+    return [Run.status == RunStatus.RUNNING.value, Run.lease_at < cutoff, Run.id.not_in(list(spare)),
+            Run.park_state.is_(None)]
 
 
 def _lease_lost(stale_after_s: float) -> str:
@@ -239,7 +241,7 @@ def finish(db: Database, run_id: str, status: RunStatus, reason: str | None, res
     now = utcnow()
     duration = int((now - started).total_seconds() * 1000) if started else None
     return transition_once(db, run_id, status, epoch, status_reason=reason, result=result, finished_at=now,
-                           duration_ms=duration)
+                           duration_ms=duration, park_state=None)
 
 
 @retried
@@ -294,9 +296,11 @@ def get_run(db: Database, run_id: str) -> Run:
 @retried
 def list_runs(
     db: Database, flow: str | None = None, status: str | None = None, group: str | None = None, limit: int = 50,
-    schedule: str | None = None,
+    schedule: str | None = None, parent: str | None = None,
 ) -> list[Run]:
     query = select(Run).order_by(Run.id.desc()).limit(limit)
+    if parent:
+        query = query.where(Run.parent_id == parent)
     if schedule:
         query = query.where(Run.schedule == schedule)
     if flow:

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from fluksio.artifacts.artifact import Artifact, find_refs
-from fluksio.errors import NodeFailed
+from fluksio.errors import ArtifactError, NodeFailed
 from fluksio.execution import interrupt
 from fluksio.execution.capture import capture_output
 from fluksio.execution.isolated import run_in_child
@@ -92,6 +92,8 @@ def execute_call(runtime: Runtime, call: dict[str, Any]) -> None:
         completion.update(status="error", error=str(exc), logs=getattr(exc, "logs", None))
     except interrupt.CallCancelled:
         completion.update(status="error", error="cancelled while running")
+    except ArtifactError as exc:  # the store failed or timed out: this node's error (retried per its retries)
+        completion.update(status="error", error=str(exc))
     except Exception as exc:  # anything else fluksio itself got wrong must still end the call
         log.exception("node call %s failed inside fluksio", call_id)
         completion.update(status="error", error=f"fluksio failed to run the node: {type(exc).__name__}: {exc}")
@@ -180,6 +182,12 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: dict[str, Any], use_ti
     except NodeFailed as failure:
         failure.logs = logs  # type: ignore[attr-defined]
         raise
+    except ArtifactError as exc:
+        # Storing an output failed (the store is unreachable, timed out, refused it): this node failed, and
+        # its retries decide what happens next, never the driver.
+        unstored = NodeFailed(f"node {node.name!r} could not store its outputs: {exc}")
+        unstored.logs = logs  # type: ignore[attr-defined]
+        raise unstored from None
     artifacts = [
         {"message": m, **ref["$artifact"]}
         for m, value in encoded.items() for ref in find_refs(value)

@@ -52,8 +52,9 @@ class Settings(BaseSettings):
     artifacts_cache: Path = Path(".fluksio/artifacts-cache")
     #: Size limit of the artifacts cache, in MB (an artifact larger than the limit is still fetched).
     artifacts_cache_mb: int = Field(default=10_240, ge=0)
-    #: How long one object-store request may take to connect, and to send its next bytes, in seconds.
-    artifacts_timeout_s: float = Field(default=20.0, gt=0)
+    #: How long an object-store request may wait to connect, or for its answer's next bytes, in seconds
+    #: (an S3-compatible server may think a while before it answers the completion of a large upload).
+    artifacts_timeout_s: float = Field(default=60.0, gt=0)
     #: Modules or ``file.py`` paths whose flows are registered (comma-separated in the environment).
     flows: Annotated[list[str], NoDecode] = Field(default_factory=list)
     #: Provisioner profiles (a JSON list); unset: ``config/provisioners.json`` in the working directory if

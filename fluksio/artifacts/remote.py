@@ -68,13 +68,19 @@ class ObjectArtifactStore(ArtifactStore):
         return f"{self.filesystem()[1]}/sha256/{hexpart[:2]}/{hexpart}"
 
     @contextmanager
-    def _failures(self, doing: str, digest: str) -> Iterator[None]:
-        """Every failure of the store as an :class:`ArtifactError` naming the digest and the store."""
+    def _failures(self, doing: str, digest: str, reading: bool = True) -> Iterator[None]:
+        """Every failure of the store as an :class:`ArtifactError` naming the digest and the store.
+
+        ``reading``: a missing object means the artifact is gone (else it is one more failure).
+        """
         try:
             yield
         except ArtifactError:
             raise
         except FileNotFoundError:
+            if not reading:
+                raise ArtifactError(f"artifact store {self.where}: could not {doing} artifact {digest}: "
+                                    "the store answered 'not found' (is the bucket gone?)") from None
             raise ArtifactError(f"artifact {digest} is gone from {self.where}") from None
         except Exception as exc:
             raise ArtifactError(f"artifact store {self.where}: could not {doing} artifact {digest}: "
@@ -82,7 +88,7 @@ class ObjectArtifactStore(ArtifactStore):
 
     def put(self, artifact: Artifact) -> Artifact:
         key = self.key(artifact.digest)
-        with self._failures("store", artifact.digest):
+        with self._failures("store", artifact.digest, reading=False):
             fs = self.filesystem()[0]
             if not fs.exists(key):
                 self._upload(fs, key, artifact)
@@ -101,11 +107,18 @@ class ObjectArtifactStore(ArtifactStore):
         try:
             with _source(artifact) as source:
                 copy_checked(source, target, artifact.digest, f"the file of {artifact!r}", CHANGED)
-            target.close()
-            target.commit()
+            target.close()  # sends the last part
         except BaseException:
             target.discard()
             raise
+        try:
+            target.commit()
+        except Exception:
+            # A completion that timed out may have completed all the same (its retry then finds no upload
+            # to complete): the object is there, whole, and the upload succeeded.
+            if not _landed(fs, key, artifact.size):
+                target.discard()
+                raise
 
     def get(self, digest: str) -> bytes:
         return self.path(digest).read_bytes()
@@ -162,6 +175,13 @@ def _source(artifact: Artifact) -> Iterator[BinaryIO]:
             yield handle
     else:
         yield io.BytesIO(artifact.read_bytes())
+
+
+def _landed(fs: Any, key: str, size: int) -> bool:
+    try:
+        return bool(fs.info(key)["size"] == size)
+    except Exception:
+        return False
 
 
 def _check_made(artifact: Artifact, data: bytes) -> None:

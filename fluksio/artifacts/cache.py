@@ -42,6 +42,8 @@ class ArtifactCache:
             os.utime(file)
         except FileNotFoundError:
             return None
+        except PermissionError:  # another user's copy in a shared cache: usable, its use just not noted
+            return file if file.is_file() else None
         return file
 
     @contextmanager

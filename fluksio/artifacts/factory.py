@@ -55,7 +55,7 @@ def _endpoint(settings: Settings) -> str | None:
 
 def _require_transport(protocol: str, where: str) -> None:
     try:
-        import fsspec
+        import fsspec  # type: ignore[import-untyped]
 
         fsspec.get_filesystem_class(protocol)
     except ImportError as exc:

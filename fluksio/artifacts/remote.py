@@ -53,7 +53,7 @@ class ObjectArtifactStore(ArtifactStore):
             # fsspec's async filesystems (s3fs) refuse to be used in a forked child, and Celery's prefork
             # pool forks the worker: each process makes its own.
             if self._fs is None or self._pid != os.getpid():
-                from fsspec.core import url_to_fs
+                from fsspec.core import url_to_fs  # type: ignore[import-untyped]
 
                 self._fs, self._root = url_to_fs(self.url, **self._options)
                 self._pid = os.getpid()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,8 @@ from fluksio.store.nodes import artifacts_of
 EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_TIMED_OUT, EXIT_INTERRUPTED = 1, 2, 124, 130
 #: How often the live display re-reads the run, in seconds.
 REFRESH_S = 0.2
+#: Bytes copied per step when an artifact streams to a file.
+STREAM_CHUNK = 1 << 20
 
 
 class FluksioGroup(click.Group):
@@ -349,17 +352,25 @@ def artifact() -> None:
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), required=True,
               help="File to write the bytes to ('-' for standard output).")
 def artifact_get(digest: str, output: str) -> None:
-    """Write the bytes of artifact DIGEST (sha256:…) to a file."""
+    """Write the bytes of artifact DIGEST (sha256:…) to a file, streamed and checked against the digest."""
     from fluksio.artifacts.artifact import validate_digest
-    from fluksio.artifacts.local import LocalArtifactStore
+    from fluksio.artifacts.factory import open_store
 
-    settings = load_settings()
-    data = LocalArtifactStore(settings.artifacts_dir).get(validate_digest(digest))
-    if output == "-":
-        sys.stdout.buffer.write(data)
-    else:
-        Path(output).write_bytes(data)
-        click.echo(f"wrote {len(data)} bytes to {output}", err=True)
+    store = open_store(load_settings(), check=True)
+    with store.open(validate_digest(digest)) as source:
+        if output == "-":
+            # Bytes already written cannot be taken back: a copy found corrupt at its end exits non-zero.
+            shutil.copyfileobj(source, sys.stdout.buffer, STREAM_CHUNK)
+            return
+        target = Path(output)
+        partial = target.with_name(f".{target.name}.partial")
+        try:
+            with partial.open("wb") as handle:
+                shutil.copyfileobj(source, handle, STREAM_CHUNK)
+            partial.replace(target)  # only a checked, whole copy gets the name asked for
+        finally:
+            partial.unlink(missing_ok=True)
+    click.echo(f"wrote {target.stat().st_size} bytes to {output}", err=True)
 
 
 @cli.group()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy.exc import DBAPIError
 
-from fluksio.artifacts.local import LocalArtifactStore
+from fluksio.artifacts.factory import open_store
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import ConfigError
 from fluksio.flows.registry import FlowRegistry
@@ -77,10 +77,11 @@ class Runtime:
 
     @classmethod
     def embedded(cls, settings: Settings) -> Runtime:
-        """Everything in this process: the run store, local artifacts, in-memory books and inboxes."""
+        """Everything in this process: the run store, the artifact store, in-memory books and inboxes."""
+        artifacts = open_store(settings, check=True)  # an unusable bucket is said now, not in a run
         db = _database(settings)
         machine = settings.machine_name or socket.gethostname()
-        runtime = cls(settings=settings, db=db, artifacts=LocalArtifactStore(settings.artifacts_dir),
+        runtime = cls(settings=settings, db=db, artifacts=artifacts,
                       registry=_registry(settings), placer=Placer(), inbox=MemoryInbox(),
                       events=MemoryEvents(), machine=machine)
         runtime.placer.attach(local_inventory(settings, machine))
@@ -89,6 +90,7 @@ class Runtime:
     @classmethod
     def distributed(cls, settings: Settings, machine: str | None = None) -> Runtime:
         """Books, inboxes and events in the broker's Redis; shared by every host."""
+        artifacts = open_store(settings, check=True)  # a worker with an unusable bucket refuses to start
         import redis
         from redis.backoff import ExponentialBackoff
         from redis.exceptions import AuthenticationError
@@ -115,7 +117,7 @@ class Runtime:
         books = RedisBooks(client, settings.heartbeat_ttl_s)
         provisioner = _provisioner(settings, client)
         placer = Placer(books, provisioner_shapes=provisioner.shapes() if provisioner else ())
-        return cls(settings=settings, db=_database(settings), artifacts=LocalArtifactStore(settings.artifacts_dir),
+        return cls(settings=settings, db=_database(settings), artifacts=artifacts,
                    registry=_registry(settings), placer=placer, inbox=RedisInbox(client),
                    events=RedisEvents(client),
                    machine=machine or settings.machine_name or socket.gethostname(), redis=client,
@@ -125,7 +127,7 @@ class Runtime:
     def standalone(cls, settings: Settings) -> Runtime:
         """Just the store, artifacts and flows: for a child process that runs one node call."""
         return cls(settings=settings, db=Database(settings.database_url, outage_s=settings.db_outage_s),
-                   artifacts=LocalArtifactStore(settings.artifacts_dir), registry=_registry(settings),
+                   artifacts=open_store(settings), registry=_registry(settings),
                    placer=Placer(), inbox=MemoryInbox(), events=MemoryEvents())
 
     def stop_driving(self) -> None:

@@ -118,6 +118,11 @@ def test_a_setting_that_differs_from_its_default_is_exported(tmp_path: Path) -> 
                    "FLUKSIO_DATABASE_URL": f"sqlite:///{tmp_path}/.fluksio/fluksio.db"}
 
 
+def test_an_object_store_url_is_exported_as_it_is(tmp_path: Path) -> None:
+    env = worker_environment(Settings(artifacts_dir="s3://bucket/fluksio"), tmp_path)
+    assert env["FLUKSIO_ARTIFACTS_DIR"] == "s3://bucket/fluksio"
+
+
 def test_a_relative_sqlite_file_is_made_absolute(tmp_path: Path) -> None:
     env = worker_environment(Settings(database_url="sqlite:///.fluksio/fluksio.db"), tmp_path)
     assert env["FLUKSIO_DATABASE_URL"] == f"sqlite:///{tmp_path}/.fluksio/fluksio.db"

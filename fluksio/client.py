@@ -185,13 +185,20 @@ class Client:
         return RunHandle(self, run_rows.get_run(self.runtime.db, run_id).id)
 
     def runs(self, flow: str | None = None, status: str | None = None, group: str | None = None,
-             limit: int = 50) -> list[RunRecord]:
-        """Runs, newest first (their ``nodes`` are left empty: :meth:`get` one for those)."""
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise RunRejected(f"limit must be a whole number ≥ 1, got {limit!r}")
+             limit: int = 50, parent: str | None = None, offset: int = 0) -> list[RunRecord]:
+        """Runs, newest first (their ``nodes`` are left empty: :meth:`get` one for those).
+
+        ``parent``: only the child runs of that run's subflow calls; ``offset``: skip that many (paging).
+        """
+        for name, value, least in (("limit", limit, 1), ("offset", offset, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise RunRejected(f"{name} must be a whole number ≥ {least}, got {value!r}")
         if status is not None and status not in {s.value for s in RunStatus}:
             raise RunRejected(f"status {status!r} is not one of {', '.join(s.value for s in RunStatus)}")
-        return [run_rows.to_record(r, []) for r in run_rows.list_runs(self.runtime.db, flow, status, group, limit)]
+        if parent is not None:
+            parent = run_rows.get_run(self.runtime.db, parent).id  # a prefix works, a wrong id says so
+        return [run_rows.to_record(r, [])
+                for r in run_rows.list_runs(self.runtime.db, flow, status, group, limit, parent, offset)]
 
     def metrics(self, run_id: str) -> dict[str, list[tuple[int, float]]]:
         """Each metric's ``[(step, value), …]``, including series of nodes restored from the cache."""

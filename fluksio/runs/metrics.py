@@ -14,7 +14,8 @@ from numbers import Real
 from typing import TypeVar
 
 from fluksio.store.db import Database
-from fluksio.store.metrics import latest_metrics, read_metrics, upsert_metrics
+from fluksio.store.metrics import latest_metrics, latest_metrics_of_runs, read_metrics, series_sizes, upsert_metrics
+from fluksio.store.nodes import cached_rows_of
 from fluksio.store.runs import node_rows
 
 T = TypeVar("T")
@@ -80,3 +81,28 @@ def series_of(db: Database, run_id: str) -> dict[str, list[tuple[int, float]]]:
 def latest_of(db: Database, run_id: str) -> dict[str, tuple[int, float]]:
     """Each metric's newest ``(step, value)``, following cached nodes like :func:`series_of`."""
     return _following_cache(db, run_id, latest_metrics)
+
+
+def sources_of(db: Database, run_id: str) -> dict[str, tuple[str, int]]:
+    """Each metric of the run: the run whose rows hold its points (itself, or for a node restored from the
+    cache the run that made it, as in :func:`series_of`) and how many points it has. Sorted by name.
+
+    What a reader of one series at a time needs (``store.metrics.read_series``), without reading every point.
+    """
+    own = {name: (run_id, count) for name, count in series_sizes(db, run_id).items()}
+    return _following_cache(db, run_id, lambda _db, rid: own if rid == run_id else
+                            {name: (rid, count) for name, count in series_sizes(db, rid).items()})
+
+
+def latest_of_runs(db: Database, run_ids: list[str]) -> dict[str, dict[str, tuple[int, float]]]:
+    """:func:`latest_of` of many runs (a page of them) in three queries, whatever their number."""
+    found = latest_metrics_of_runs(db, run_ids)
+    cached = cached_rows_of(db, run_ids)
+    origins = latest_metrics_of_runs(db, sorted({row.cached_from for row in cached if row.cached_from}))
+    for row in cached:
+        origin = origins.get(row.cached_from or "", {})
+        mine = found.setdefault(row.run_id, {})
+        for name in row.outputs or {}:
+            if name in origin and name not in mine:
+                mine[name] = origin[name]
+    return {run_id: dict(sorted(found.get(run_id, {}).items())) for run_id in run_ids}

@@ -73,3 +73,54 @@ def latest_metrics(db: Database, run_id: str) -> dict[str, tuple[int, float]]:
     ).where(RunMetric.run_id == run_id)
     with db.read() as session:
         return {name: (step, value) for name, step, value in session.execute(query)}
+
+
+@retried
+def latest_metrics_of_runs(db: Database, run_ids: Sequence[str]) -> dict[str, dict[str, tuple[int, float]]]:
+    """:func:`latest_metrics` of several runs in one query: ``{run_id: {name: (step, value)}}``.
+
+    A page of runs costs one statement, not one per run. Runs without metrics are absent.
+    """
+    if not run_ids:
+        return {}
+    ids = list(run_ids)
+    newest = (
+        select(RunMetric.run_id, RunMetric.name, func.max(RunMetric.step).label("step"))
+        .where(RunMetric.run_id.in_(ids))
+        .group_by(RunMetric.run_id, RunMetric.name)
+        .subquery()
+    )
+    query = select(RunMetric.run_id, RunMetric.name, RunMetric.step, RunMetric.value).join(
+        newest, (RunMetric.run_id == newest.c.run_id) & (RunMetric.name == newest.c.name)
+        & (RunMetric.step == newest.c.step))
+    found: dict[str, dict[str, tuple[int, float]]] = {}
+    with db.read() as session:
+        for run_id, name, step, value in session.execute(query):
+            found.setdefault(run_id, {})[name] = (step, value)
+    return found
+
+
+@retried
+def series_sizes(db: Database, run_id: str) -> dict[str, int]:
+    """How many points each of the run's series has, ``{name: count}``, sorted by name."""
+    with db.read() as session:
+        return dict(session.execute(
+            select(RunMetric.name, func.count()).where(RunMetric.run_id == run_id)
+            .group_by(RunMetric.name).order_by(RunMetric.name)).all())
+
+
+@retried
+def read_series(db: Database, run_id: str, name: str, start: int | None = None,
+                end: int | None = None) -> list[tuple[int, float]]:
+    """One series' ``(step, value)`` points in step order, those with ``start ≤ step ≤ end`` when given.
+
+    A plain Core read (no ORM session): the explorer reads series of 100,000 points per request.
+    """
+    query = (select(RunMetric.step, RunMetric.value)
+             .where(RunMetric.run_id == run_id, RunMetric.name == name).order_by(RunMetric.step))
+    if start is not None:
+        query = query.where(RunMetric.step >= start)
+    if end is not None:
+        query = query.where(RunMetric.step <= end)
+    with db.engine.connect() as connection:
+        return [(step, value) for step, value in connection.execute(query)]

@@ -118,3 +118,21 @@ def _insert_nodes(sqlite: bool) -> Any:
 def artifacts_of(db: Database, run_id: str) -> list[RunArtifact]:
     with db.read() as session:
         return list(session.scalars(select(RunArtifact).where(RunArtifact.run_id == run_id).order_by(RunArtifact.id)))
+
+
+@retried
+def artifact_by_digest(db: Database, digest: str) -> RunArtifact | None:
+    """A row of some run's artifact with these bytes (the oldest), ``None`` when no run made them."""
+    with db.read() as session:
+        return session.scalars(select(RunArtifact).where(RunArtifact.digest == digest)
+                               .order_by(RunArtifact.id).limit(1)).first()
+
+
+@retried
+def cached_rows_of(db: Database, run_ids: Sequence[str]) -> list[RunNode]:
+    """The node rows of these runs that were restored from the cache (``cached_from`` set)."""
+    if not run_ids:
+        return []
+    with db.read() as session:
+        return list(session.scalars(select(RunNode).where(RunNode.run_id.in_(list(run_ids)),
+                                                          RunNode.cached_from.is_not(None))))

@@ -53,3 +53,7 @@ class BrokerUnavailable(FluksioError):
 
 class ProvisionError(FluksioError):
     """A cluster could not be asked for a machine (a command failed, timed out, or is missing)."""
+
+
+class InvalidRequest(FluksioError, ValueError):
+    """A request to the run explorer (its pages or JSON API) has a malformed or out-of-range argument."""

@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     #: Celery task events (what Flower shows) from the start. Off, they cost four broker messages per
     #: call that nobody reads; `fluksio flower` switches them on in running workers when it starts.
     task_events: bool = False
+    #: ``user:password`` the run explorer (`fluksio ui`) asks for; it refuses to listen on an address other
+    #: hosts reach without one (``--basic-auth`` overrides it).
+    ui_basic_auth: str | None = None
 
     @field_validator("flows", "labels", mode="before")
     @classmethod

@@ -55,6 +55,9 @@ class ExplorerHandler(RequestHandler):
 
     async def prepare(self) -> None:
         self._check_credentials()
+        method = (self.request.method or "GET").lower()
+        if getattr(type(self), method, None) is getattr(RequestHandler, method, None):
+            raise HTTPError(405, f"{self.request.path} does not take {method.upper()}")  # before any token check
         if self.request.method not in ("GET", "HEAD", "OPTIONS"):
             self._check_same_origin()
             RequestHandler.check_xsrf_cookie(self)  # the token of the page (or script) that read the cookie
@@ -164,7 +167,7 @@ class NotFound(ExplorerHandler):
     """Any other path under the explorer: a JSON 404, whatever the method."""
 
     async def prepare(self) -> None:
-        await super().prepare()
+        self._check_credentials()
         raise HTTPError(404, f"no page or API at {self.request.path}; the runs are at {self.explorer.base or '/'}")
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from collections.abc import Coroutine
+from typing import Any
 from urllib.parse import urlsplit
 
 import click
@@ -68,9 +70,9 @@ def ui(port: int, address: str, flower_url: str | None, basic_auth: tuple[str, .
             explorer.close()
 
 
-async def _until_stopped(serving: object) -> None:
+async def _until_stopped(serving: Coroutine[Any, Any, None]) -> None:
     """Serve until SIGINT or SIGTERM, then return (so the client closes and an embedded run hands over)."""
-    task = asyncio.ensure_future(serving)  # type: ignore[arg-type]
+    task = asyncio.ensure_future(serving)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, task.cancel)

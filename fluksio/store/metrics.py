@@ -114,7 +114,10 @@ def read_series(db: Database, run_id: str, name: str, start: int | None = None,
                 end: int | None = None) -> list[tuple[int, float]]:
     """One series' ``(step, value)`` points in step order, those with ``start ≤ step ≤ end`` when given.
 
-    A plain Core read (no ORM session): the explorer reads series of 100,000 points per request.
+    Read through the driver's own cursor: the explorer reads series of 100,000 points per request, and
+    SQLAlchemy's result rows for them cost a third more CPU than the whole read through the cursor (SQLite,
+    100,000 points, 8 reads on a busy machine: median 169 ms against 109 ms). The statement is still
+    SQLAlchemy's, compiled for the connection's dialect.
     """
     query = (select(RunMetric.step, RunMetric.value)
              .where(RunMetric.run_id == run_id, RunMetric.name == name).order_by(RunMetric.step))
@@ -123,4 +126,12 @@ def read_series(db: Database, run_id: str, name: str, start: int | None = None,
     if end is not None:
         query = query.where(RunMetric.step <= end)
     with db.engine.connect() as connection:
-        return [(step, value) for step, value in connection.execute(query)]
+        compiled = query.compile(connection)
+        params = compiled.params
+        arguments: Any = tuple(params[key] for key in compiled.positiontup or ()) if compiled.positional else params
+        cursor = connection.connection.cursor()
+        try:
+            cursor.execute(str(compiled), arguments)
+            return [(step, value) for step, value in cursor.fetchall()]
+        finally:
+            cursor.close()

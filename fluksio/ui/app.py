@@ -12,7 +12,7 @@ from tornado.netutil import bind_sockets
 from tornado.web import Application
 
 from fluksio.ui import api, pages
-from fluksio.ui.base import STATIC, NotFound, StaticFiles
+from fluksio.ui.base import STATIC, NotFound, static_files
 from fluksio.ui.context import Explorer, check_bind
 
 #: A run id or a unique prefix of one, as a path segment.
@@ -36,7 +36,7 @@ def routes(explorer: Explorer) -> list[tuple[Any, ...]]:
         (rf"{base}/api/runs/{_RUN}/(cancel|resume)", api.RunActionApi, given),
         (rf"{base}/api/machines", api.MachinesApi, given),
         (rf"{base}/api/artifacts/([^/]+)", api.ArtifactApi, given),
-        (rf"{base}/static/(.*)", StaticFiles, {"path": str(STATIC), "explorer": explorer}),
+        (rf"{base}/static/(.*)", static_files(explorer), {"path": str(STATIC)}),
         (rf"{base}(?:/.*)?", NotFound, given),
     ]
 

@@ -174,19 +174,22 @@ class NotFound(ExplorerHandler):
 class StaticFiles(StaticFileHandler):
     """The explorer's CSS and script. Versioned URLs (see :meth:`ExplorerHandler.asset`) are cached for good."""
 
-    def initialize(self, path: str, default_filename: str | None = None, explorer: Explorer | None = None) -> None:
-        super().initialize(path, default_filename)
-        self.explorer = explorer
+    #: Set on the class :func:`static_files` makes for one explorer.
+    explorer: Explorer
 
     def prepare(self) -> None:
-        if self.explorer is not None:
-            check_access(self.explorer, self)
+        check_access(self.explorer, self)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         if status_code == 401:
             self.set_header("WWW-Authenticate", 'Basic realm="fluksio", charset="UTF-8"')
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.finish(_json_dumps({"status": status_code, "message": _phrase(status_code)}))
+
+
+def static_files(explorer: Explorer) -> type[StaticFiles]:
+    """The static file handler of one explorer (it asks for the explorer's passwords too)."""
+    return type("ExplorerStaticFiles", (StaticFiles,), {"explorer": explorer})
 
 
 def check_access(explorer: Explorer, handler: RequestHandler) -> None:

@@ -64,8 +64,8 @@ def mount_in_flower(settings: Settings) -> None:
     routes once Flower has read its options (prefix, passwords, address). On an address other hosts
     reach, the explorer is mounted only behind Flower's basic auth or login, like ``fluksio ui``.
     """
-    import flower.command
-    from flower.app import Flower
+    import flower.command  # type: ignore[import-untyped]
+    from flower.app import Flower  # type: ignore[import-untyped]
 
     class FlowerWithExplorer(Flower):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -96,7 +96,7 @@ def _add_explorer(app: Any, settings: Settings) -> None:
 
 def _flower_login(app: Any) -> Any:
     """With Flower's OAuth login on, a request must carry Flower's login cookie for an allowed user."""
-    from flower.utils.authentication import authenticate
+    from flower.utils.authentication import authenticate  # type: ignore[import-untyped]
 
     def logged_in(handler: Any) -> bool:
         user = handler.get_secure_cookie("user")

@@ -143,3 +143,16 @@ def test_flower_serves_the_explorer_under_fluksio_linked_from_its_navigation(set
     refused = http("POST", f"{setup.flower.url}/fluksio/api/runs/{latest.id}/cancel")
     assert refused.status == 403 and "_xsrf" in refused.json()["message"]
     assert http("GET", f"{setup.flower.url}/workers").status == 200  # Flower's own pages are as they were
+
+
+def test_inside_a_flower_with_a_password_the_explorer_asks_for_it_too(setup: Setup) -> None:
+    guarded = FlowerProcess(setup.cluster, "--basic-auth", "ada:s3cret", unauthenticated_api=False)
+    try:
+        guarded.wait_ready()
+        for path in ("/fluksio/", "/fluksio/api/runs", "/fluksio/static/explorer.js", "/fluksio/nope"):
+            assert http("GET", guarded.url + path).status == 401, path
+            assert http("GET", guarded.url + path, auth=("ada", "wrong")).status == 401, path
+        answer = http("GET", guarded.url + "/fluksio/api/runs?limit=1", auth=("ada", "s3cret"))
+        assert answer.status == 200 and answer.json()["total"] >= 1
+    finally:
+        guarded.stop()

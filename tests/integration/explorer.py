@@ -168,10 +168,16 @@ def _real_chromium(wrapper: str) -> str:
 
 
 def wait_in(driver: Any, condition: Callable[[Any], Any], timeout: float = 30, what: str = "") -> Any:
-    """Selenium's wait for ``condition(driver)`` to be truthy, with a message that says what did not happen."""
+    """Selenium's wait for ``condition(driver)`` to be truthy, with a message that says what did not happen.
+
+    An element the page's live refresh replaced while the condition read it is asked for again.
+    """
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition, message=what)
+    return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+                         ).until(condition, message=what)
 
 
 def screenshot(driver: Any, name: str) -> Path:
@@ -186,3 +192,18 @@ def screenshot(driver: Any, name: str) -> Path:
     data = path.read_bytes()
     assert data.startswith(b"\x89PNG") and len(data) > 10_000, f"{path} is {len(data)} bytes: a blank page?"
     return path
+
+
+def freeze(driver: Any) -> None:
+    """Stop the page's live refresh and wait out one in flight, so that elements read next stay put."""
+    driver.execute_script("const box = document.getElementById('live'); if (box) box.removeAttribute('data-live');")
+    wait_in(driver, lambda d: d.execute_script(
+        "const box = document.getElementById('live'); return !box || !box.dataset.busy;"), what="a quiet page")
+
+
+def click(driver: Any, selector: str, timeout: float = 30) -> None:
+    """Click the element, found again if the live refresh replaced it meanwhile."""
+    from selenium.webdriver.common.by import By
+
+    wait_in(driver, lambda d: d.find_element(By.CSS_SELECTOR, selector).click() or True, timeout,
+            what=f"a click on {selector}")

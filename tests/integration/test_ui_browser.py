@@ -18,7 +18,7 @@ import pytest
 
 from fluksio import Client, RunStatus, Settings, connect
 from tests.integration import ui_flows as flows
-from tests.integration.explorer import UI_FLOWS, UiProcess, chromium, screenshot, ui_env, wait_in
+from tests.integration.explorer import UI_FLOWS, UiProcess, chromium, click, freeze, screenshot, ui_env, wait_in
 from tests.integration.test_ui_api import settings_env
 
 pytestmark = pytest.mark.integration
@@ -80,6 +80,7 @@ def test_the_runs_page_lists_submitted_runs_and_follows_them_without_a_reload(se
     assert held.wait(timeout=60).status is RunStatus.OK
     wait_in(browser, lambda b: row_status(b, held.id) == "ok", what="the held run shown ok once it finished")
     assert browser.execute_script("return window.fluksioSamePage") == 42
+    freeze(browser)
     ids = [row.get_attribute("data-run") for row in by_css(browser, "tr[data-run]")]
     assert ids.index(later.id) < ids.index(held.id) < ids.index(done.id)  # newest first
     [metrics] = [row.find_element("css selector", "td.metrics").text for row in by_css(browser, "tr[data-run]")
@@ -134,6 +135,7 @@ def test_compare_of_a_three_run_sweep_highlights_the_differing_param(setup: Setu
     assert all(r.status is RunStatus.OK for r in sweep.wait(timeout=90))
     browser = setup.open(f"/?group={sweep.group_id}")
     wait_in(browser, lambda b: len(by_css(b, "input.pick")) == 3, what="the group's three runs")
+    freeze(browser)
     for box in by_css(browser, "input.pick"):
         box.click()
     by_css(browser, "#compare-selected")[0].click()
@@ -156,13 +158,20 @@ def test_cancel_on_a_running_run_cancels_it(setup: Setup) -> None:
     held = setup.client.submit(flows.held, {"tag": "cancel-me"})
     browser = setup.open(f"/runs/{held.id}")
     wait_in(browser, lambda b: b.find_element("id", "run-status").text == "running", what="the run running")
-    by_css(browser, 'button[data-action="cancel"]')[0].click()
+    click(browser, 'button[data-action="cancel"]')
     wait_in(browser, lambda b: b.switch_to.alert, what="the confirmation").accept()
     wait_in(browser, lambda b: b.find_element("id", "run-status").text == "cancelled", timeout=60,
             what="the page showing the run cancelled")
     assert held.wait(timeout=10).status is RunStatus.CANCELLED
-    assert by_css(browser, 'button[data-action="resume"]'), "a cancelled run offers Resume"
     screenshot(browser, "explorer-run-cancelled")
+    # Resume it from the page: the explorer's process drives it now (embedded), and the page follows it again.
+    open_gate("cancel-me")
+    click(browser, 'button[data-action="resume"]')
+    wait_in(browser, lambda b: b.switch_to.alert, what="the confirmation").accept()
+    wait_in(browser, lambda b: b.find_element("id", "run-status").text == "ok", timeout=60,
+            what="the page showing the resumed run ok")
+    record = setup.client.get(held.id)
+    assert record.status is RunStatus.OK and record.resume_count == 1
 
 
 def test_the_machines_page_shows_this_process_s_machine(setup: Setup) -> None:
@@ -174,3 +183,39 @@ def test_the_machines_page_shows_this_process_s_machine(setup: Setup) -> None:
     navigation = [a.get_attribute("data-nav") for a in by_css(browser, "nav.top a[data-nav]")]
     assert navigation == ["runs", "compare", "machines"]
     screenshot(browser, "explorer-machines-embedded")
+
+
+def test_a_mapped_node_s_elements_are_grouped_under_it_failed_first(setup: Setup) -> None:
+    from fluksio.store.ids import new_run_id
+    from fluksio.store.models import Run
+    from fluksio.store.nodes import NodeRow, record_nodes
+    from fluksio.store.runs import insert_run, utcnow
+
+    db = setup.client.runtime.db
+    parent = setup.client.submit(flows.curves, {"lr": 0.7, "steps": 2}).wait(timeout=60)
+    now = utcnow()
+    run = Run(id=new_run_id(), flow="shards", params={"n": 4}, params_digest="p", status="error", created_at=now,
+              started_at=now, finished_at=now, duration_ms=10, engine="embedded", parent_id=parent.id,
+              parent_node="trial[0]", status_reason="count[2] failed: bad shard 2")
+    insert_run(db, run)
+    child = new_run_id()
+    # Rows as a mapped node's and a subflow's driver write them (the engine does not make them yet here).
+    rows = [NodeRow(run_id=run.id, node="count", status="error" if i == 2 else "ok", element=i, machine="vm",
+                    started_at=now, finished_at=now, duration_ms=5, error="ValueError: bad shard 2" if i == 2 else None)
+            for i in range(4)]
+    rows.append(NodeRow(run_id=run.id, node="trial", status="ok", child_run=child, machine="vm", started_at=now,
+                        finished_at=now))
+    record_nodes(db, rows)
+    browser = setup.open(f"/runs/{run.id}")
+    group = wait_in(browser, lambda b: by_css(b, 'tr.group[data-node="count"]'), what="the mapped node's row")[0]
+    assert group.get_attribute("data-status") == "error" and "1 error · 3 ok" in group.text
+    by_css(browser, "tr.elements summary")[0].click()
+    elements = [r.get_attribute("data-node") for r in by_css(browser, "tr.elements tr.call")]
+    assert elements == ["count[2]", "count[0]", "count[1]", "count[3]"]
+    failed = by_css(browser, 'tr.elements tr.call[data-node="count[2]"]')[0]
+    assert "bad shard 2" in failed.text and failed.get_attribute("data-status") == "error"
+    assert by_css(browser, '#nodes tr[data-node="trial"] a.tag')[0].get_attribute("href").endswith(f"/runs/{child}")
+    assert by_css(browser, "#parent-link")[0].get_attribute("href").endswith(f"/runs/{parent.id}")
+    assert "count[2] failed" in browser.find_element("id", "status-reason").text
+    browser.get(setup.ui.url + f"/runs/{parent.id}")
+    assert [a.text for a in by_css(browser, "#children a")] == [run.id]  # and the parent lists its child

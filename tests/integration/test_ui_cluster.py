@@ -17,7 +17,7 @@ import pytest
 from fluksio import Client, RunStatus
 from tests.integration import cluster_flows as flows
 from tests.integration.cluster import Cluster, running_cluster
-from tests.integration.explorer import UiProcess, chromium, http, screenshot, wait_in, wait_until
+from tests.integration.explorer import UiProcess, chromium, click, freeze, http, screenshot, wait_in, wait_until
 from tests.integration.test_flower import FlowerProcess, need_module, wait_consuming
 from tests.integration.test_ui_browser import by_css, row_status
 
@@ -92,20 +92,22 @@ def test_the_machines_page_shows_calls_running_and_why_one_waits_and_cancel_stop
     wait_until(lambda: any(w["run_id"] == second.id for w in client.placement()["waiting"]), 30,
                "the second run's call waiting")
     browser = setup.open("/machines")
-    box = wait_in(browser, lambda b: by_css(b, 'article.machine[data-machine="box-b"]'), what="box-b")[0]
+    wait_in(browser, lambda b: by_css(b, f'#waiting tr[data-run="{second.id}"]'), what="the waiting call")
+    freeze(browser)
+    box = by_css(browser, 'article.machine[data-machine="box-b"]')[0]
     cells = {g.get_attribute("data-gpu"): g.get_attribute("class") for g in box.find_elements("css selector", "g.gpu")}
     assert cells == {"0": "gpu gpu-busy", "1": "gpu gpu-busy"}
     [call] = box.find_elements("css selector", "tr[data-call]")
     assert call.get_attribute("data-call") == f"{first.id}.hold.1" and first.id in call.text
     assert {m.get_attribute("data-machine") for m in by_css(browser, "article.machine")} == {"cpu-a", "box-b"}
-    waiting = wait_in(browser, lambda b: by_css(b, f'#waiting tr[data-run="{second.id}"]'), what="the waiting call")
+    waiting = by_css(browser, f'#waiting tr[data-run="{second.id}"]')
     assert waiting[0].find_element("css selector", "td.why").text == WAITING
     assert waiting[0].get_attribute("data-node") == "hold"
     screenshot(browser, "explorer-machines")
     # Cancel the first run in its page: its call on box-b is killed, and the waiting one gets the GPUs.
     browser = setup.open(f"/runs/{first.id}")
     wait_in(browser, lambda b: by_css(b, '#nodes tr.running[data-node="hold"]'), what="the call shown running")
-    by_css(browser, 'button[data-action="cancel"]')[0].click()
+    click(browser, 'button[data-action="cancel"]')
     wait_in(browser, lambda b: b.switch_to.alert, what="the confirmation").accept()
     wait_in(browser, lambda b: b.find_element("id", "run-status").text == "cancelled", timeout=60,
             what="the page showing the run cancelled")

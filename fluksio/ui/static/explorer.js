@@ -31,6 +31,7 @@
     const box = liveBox();
     if (!box) return;
     if (document.hidden) return schedule();
+    box.dataset.busy = "1";
     try {
       const answer = await fetch(box.dataset.live, { credentials: "same-origin", headers: { Accept: "text/html" } });
       if (answer.ok) {
@@ -44,6 +45,8 @@
       }
     } catch (error) {
       // The server may be restarting: try again at the next tick.
+    } finally {
+      delete box.dataset.busy;
     }
     schedule();
   }

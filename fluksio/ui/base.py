@@ -108,7 +108,8 @@ class ExplorerHandler(RequestHandler):
             status_code = next(code for kind, code in STATUS_OF if isinstance(exc, kind))
             message = str(exc)
         elif isinstance(exc, HTTPError):
-            message = exc.log_message % exc.args if exc.log_message else message
+            if exc.log_message:  # Tornado doubles a '%' of a message given without arguments
+                message = exc.log_message % exc.args
         elif exc is not None:
             message = f"internal error ({type(exc).__name__}); the explorer's log has the details"
         if status_code == 401:

@@ -198,6 +198,8 @@ class Comparison:
     #: The chosen metric of each run: ``(run, points, total)``.
     lines: list[tuple[RunRecord, list[tuple[int, float]], int]]
     group: str | None = None
+    #: How many runs the group has (only its newest :data:`COMPARE_MAX` are compared).
+    in_group: int = 0
 
 
 def compare(client: Client, run_ids: list[str], group: str | None, metric: str | None,
@@ -209,11 +211,13 @@ def compare(client: Client, run_ids: list[str], group: str | None, metric: str |
     if len(run_ids) > COMPARE_MAX:
         raise InvalidRequest(f"at most {COMPARE_MAX} runs can be compared at once, got {len(run_ids)}")
     records = [run_rows.to_record(run_rows.get_run(db, r), []) for r in run_ids]
+    in_group = 0
     if group:
         members = client.runs(group=group, limit=COMPARE_MAX)
         if not members:
             raise RunNotFound(f"no runs in group {group!r}")
         records += members[::-1]
+        in_group = run_rows.count_runs(db, group=group)
     records = list({r.id: r for r in records}.values())
     latest = latest_of_runs(db, [r.id for r in records])
     finals = {rid: {n: v for n, (_s, v) in m.items()} for rid, m in latest.items()}
@@ -228,7 +232,7 @@ def compare(client: Client, run_ids: list[str], group: str | None, metric: str |
             if source is not None:
                 full = read_series(db, source[0], chosen, start, end)
                 lines.append((record, downsample(full, CHART_POINTS), len(full)))
-    return Comparison(records, finals, names, chosen, lines, group)
+    return Comparison(records, finals, names, chosen, lines, group, in_group)
 
 
 def artifact_file(client: Client, digest: str) -> tuple[RunArtifact, Path]:

@@ -266,6 +266,7 @@ def test_state_changes_of_unknown_runs_and_wrong_methods(inst: Installation) -> 
 
 def test_unknown_paths_answer_json_404(inst: Installation) -> None:
     error(inst.ui.get("/no/such/page"), 404, "no page or API at /no/such/page")
+    error(inst.ui.get("/100%25%20sure"), 404, "no page or API at /100%25%20sure")
     error(inst.ui.get(f"/api/runs/{inst.single}/bogus"), 404)
     error(inst.ui.get("/static/../../fluksio/settings.py"), 403)  # outside the static folder
     error(inst.ui.get("/static/nope.js"), 404)

@@ -335,3 +335,17 @@ def test_client_runs_by_parent(inst: Installation) -> None:
     assert [r.id for r in inst.client.runs(parent=inst.parent, limit=1, offset=1)] == [inst.children[1]]
     with pytest.raises(RunNotFound):
         inst.client.runs(parent="01ZZZZZZZZZZZZ")
+
+
+def test_without_tornado_it_says_how_to_install_it(inst: Installation) -> None:
+    code = "import sys; sys.modules['tornado'] = None; from fluksio.cli.main import main; main()"
+    done = subprocess.run([sys.executable, "-c", code, "ui"], cwd=inst.workdir,
+                          env={**ui_env(inst.env), "COLUMNS": "300"}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "pip install 'fluksio[ui]'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(inst: Installation) -> None:
+    done = ui_command(inst, "--port", str(inst.ui.port))
+    assert done.returncode == 2 and f"cannot listen on 127.0.0.1:{inst.ui.port}" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

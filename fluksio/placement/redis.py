@@ -165,7 +165,7 @@ class RedisBooks(Books):
         return views
 
     def held(self) -> dict[str, list[Grant]]:
-        names = sorted(n.decode() for n in self.redis.smembers(MACHINES_KEY))
+        names = sorted(n.decode() if isinstance(n, bytes) else n for n in self.redis.smembers(MACHINES_KEY))
         pipe = self.redis.pipeline(transaction=False)
         for name in names:
             pipe.hgetall(GRANTS_KEY + name)

@@ -7,6 +7,7 @@ page's script fetches every few seconds and swaps in: runs appear and finish wit
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -64,7 +65,8 @@ class RunPage(Page):
             flower_link=self._flower_link(detail), elements_shown=ELEMENTS_SHOWN,
             final=record.status.is_terminal(), machines_used=sorted({b.lane for b in bars}))
 
-    def _flower_link(self, detail: queries.RunDetail) -> Any:
+    def _flower_link(self, detail: queries.RunDetail) -> Callable[[NodeRecord], str | None]:
+        """Each node's call in Flower (with ``--flower``), when its task id can be told."""
         flower = self.explorer.flower
         record = detail.record
 

@@ -33,7 +33,7 @@ def test_series_pages_and_newest_values_read_alike_on_both_stores(store: Databas
                     created_at=utcnow(), engine="embedded", parent_id=parent.id, parent_node=f"trial[{index}]")
         insert_run(store, child)
         children.append(child.id)
-    assert [r.id for r in list_runs(store, parent=parent.id, limit=2, offset=1)] == children[::-1][1:3]
+    assert [r.id for r in list_runs(store, parent=parent.id, limit=2, offset=1)] == sorted(children)[::-1][1:3]
     assert count_runs(store, parent=parent.id) == 4 and flow_names(store) == ["search", "train"]
     upsert_metrics(store, [(parent.id, "loss", step, 1.0 / (step + 1)) for step in range(3000)]
                    + [(children[0], "acc", 0, 0.5)])

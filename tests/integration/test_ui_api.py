@@ -38,6 +38,7 @@ class Installation:
     failed: str
     long: str
     parent: str
+    #: Newest first (by id).
     children: list[str]
 
 
@@ -73,8 +74,9 @@ def inst(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installation]:
                 children.append(child.id)
             ui = UiProcess(workdir, ui_env(env)).wait_ready()
             try:
+                # Newest first is by id, which orders by the millisecond a run was made, not within one.
                 yield Installation(workdir, env, client, ui, single.id, sweep.group_id, failed.id, long.id, single.id,
-                                   children)
+                                   sorted(children, reverse=True))
             finally:
                 ui.stop()
 
@@ -115,8 +117,8 @@ def test_runs_api_filters_and_pages(inst: Installation) -> None:
     group = inst.ui.api(f"/api/runs?group={inst.sweep_group}")
     assert group["total"] == 3 and sorted(r["params"]["lr"] for r in group["runs"]) == [0.2, 0.3, 0.4]
     children = inst.ui.api(f"/api/runs?parent={inst.parent}")
-    assert [r["id"] for r in children["runs"]] == inst.children[::-1]
-    assert [r["id"] for r in inst.ui.api(f"/api/runs?parent={inst.parent[:12]}")["runs"]] == inst.children[::-1]
+    assert [r["id"] for r in children["runs"]] == inst.children
+    assert [r["id"] for r in inst.ui.api(f"/api/runs?parent={inst.parent[:12]}")["runs"]] == inst.children
     assert inst.ui.api("/api/runs?flow=curves")["total"] == 7
     everything = [r["id"] for r in inst.ui.api("/api/runs?limit=100")["runs"]]
     paged = inst.ui.api("/api/runs?limit=2&offset=3")
@@ -149,7 +151,7 @@ def test_run_api_is_fluksio_show_json_plus_artifacts_and_children(inst: Installa
     [model] = body["artifacts"]
     assert model["name"] == "model.txt" and model["node"] == "fit" and model["message"] == "model"
     assert model["digest"] == shown["result"]["model"]["$artifact"]["digest"]
-    assert body["children"] == inst.children[::-1]
+    assert body["children"] == inst.children
     assert inst.ui.api(f"/api/runs/{inst.single[:14]}")["id"] == inst.single  # a unique prefix will do
 
 
@@ -331,7 +333,7 @@ def test_another_address_with_a_password_asks_everyone_for_it(inst: Installation
 
 
 def test_client_runs_by_parent(inst: Installation) -> None:
-    assert [r.id for r in inst.client.runs(parent=inst.parent)] == inst.children[::-1]
+    assert [r.id for r in inst.client.runs(parent=inst.parent)] == inst.children
     assert [r.id for r in inst.client.runs(parent=inst.parent, limit=1, offset=1)] == [inst.children[1]]
     with pytest.raises(RunNotFound):
         inst.client.runs(parent="01ZZZZZZZZZZZZ")

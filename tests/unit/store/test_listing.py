@@ -22,11 +22,12 @@ def add_run(db: Database, flow: str = "train", status: str = "ok", group: str | 
 
 def test_runs_filter_by_parent_and_page_newest_first(db: Database) -> None:
     parent = add_run(db, "search")
-    children = [add_run(db, "train", parent=parent) for _ in range(5)]
+    # Newest first is by id, which orders by the millisecond a run was made: runs of one millisecond by chance.
+    children = sorted((add_run(db, "train", parent=parent) for _ in range(5)), reverse=True)
     add_run(db, "train")  # not a child
     listed = [r.id for r in list_runs(db, parent=parent, limit=50)]
-    assert listed == children[::-1]
-    assert [r.id for r in list_runs(db, parent=parent, limit=2, offset=2)] == children[::-1][2:4]
+    assert listed == children
+    assert [r.id for r in list_runs(db, parent=parent, limit=2, offset=2)] == children[2:4]
     assert count_runs(db, parent=parent) == 5
     assert count_runs(db, flow="train") == 6 and count_runs(db) == 7
     assert count_runs(db, flow="train", parent=parent, status="error") == 0

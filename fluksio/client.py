@@ -202,21 +202,24 @@ class Client:
         return RunHandle(self, run_rows.get_run(self.runtime.db, run_id).id)
 
     def runs(self, flow: str | None = None, status: str | None = None, group: str | None = None,
-             limit: int = 50, schedule: str | None = None, parent: str | None = None) -> list[RunRecord]:
+             limit: int = 50, schedule: str | None = None, parent: str | None = None,
+             offset: int = 0) -> list[RunRecord]:
         """Runs, newest first (their ``nodes`` are left empty: :meth:`get` one for those).
 
         ``schedule``: only runs that schedule's ticks started (``RunRecord.schedule_tick`` says which tick);
-        ``parent``: only the child runs of that run (its subflow calls; an id or a unique prefix).
+        ``parent``: only the child runs of that run (its subflow calls; an id or a unique prefix);
+        ``offset``: skip that many (paging).
         """
-        if parent is not None:
-            parent = run_rows.get_run(self.runtime.db, parent).id
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise RunRejected(f"limit must be a whole number ≥ 1, got {limit!r}")
+        for name, value, least in (("limit", limit, 1), ("offset", offset, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise RunRejected(f"{name} must be a whole number ≥ {least}, got {value!r}")
         if status is not None and status not in {s.value for s in RunStatus}:
             raise RunRejected(f"status {status!r} is not one of {', '.join(s.value for s in RunStatus)}")
+        if parent is not None:
+            parent = run_rows.get_run(self.runtime.db, parent).id  # a prefix works, a wrong id says so
         return [run_rows.to_record(r, [])
                 for r in run_rows.list_runs(self.runtime.db, flow, status, group, limit, schedule=schedule,
-                                            parent=parent)]
+                                            parent=parent, offset=offset)]
 
     def schedule(self, name: str, flow: Flow | str, *, cron: str | None = None, tz: str | None = None,
                  every: str | int | timedelta | None = None, params: Mapping[str, Any] | None = None,

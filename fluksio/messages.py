@@ -23,6 +23,14 @@ from fluksio.schemas import Grant
 DONE, WAKE, CANCEL, CHILD = "done", "wake", "cancel", "child"
 
 
+def call_id(run_id: str, epoch: int, unit: str, attempt: int) -> str:
+    """The id of one node call (the Celery task's id, what Flower names it by, the grant's id):
+    ``<run>[.r<epoch>].<unit>.<attempt>``. A resumed run's calls are named apart from those of the drive
+    that went before it; ``unit`` is a node, or ``node[i]`` for element i of a mapped node."""
+    drive = f".r{epoch}" if epoch else ""
+    return f"{run_id}{drive}.{unit}.{attempt}"
+
+
 @dataclass(frozen=True, slots=True)
 class MadeArtifact:
     """An artifact a node call stored: which message it is (part of), and what it is."""

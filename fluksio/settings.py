@@ -96,6 +96,9 @@ class Settings(BaseSettings):
     #: Celery task events (what Flower shows) from the start. Off, they cost four broker messages per
     #: call that nobody reads; `fluksio flower` switches them on in running workers when it starts.
     task_events: bool = False
+    #: ``user:password`` the run explorer (`fluksio ui`) asks for; it refuses to listen on an address other
+    #: hosts reach without one (``--basic-auth`` overrides it).
+    ui_basic_auth: str | None = None
 
     #: Alert rules (a JSON list); unset: ``config/alerts.json`` in the working directory if present, else none.
     alerts: Path | None = None

@@ -153,7 +153,20 @@ def demo(params: tuple[str, ...], seed: int) -> None:
     source = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
     if not source.is_file():
         raise click.ClickException(f"the demo flow is not at {source}; it ships with fluksio's source checkout")
-    _run(f"{source}:flow", params, seed, None, False, False, None, False)
+    try:
+        _run(f"{source}:flow", params, seed, None, False, False, None, False)
+    except SystemExit as done:  # the run ended (ok or not) and was shown: say where to look at it next
+        if done.code in (0, EXIT_RUN_FAILED):
+            click.echo(explorer_hint(), err=True)
+        raise
+
+
+def explorer_hint() -> str:
+    """Where to look at runs in a browser (said after the demo)."""
+    import importlib.util
+
+    command = "fluksio ui" if importlib.util.find_spec("tornado") else "pip install 'fluksio[ui]' && fluksio ui"
+    return f"see it in a browser: {command}, then open http://127.0.0.1:8585/"
 
 
 @cli.command()
@@ -394,6 +407,7 @@ from fluksio.cli.beat import beat  # noqa: E402
 from fluksio.cli.flower import flower  # noqa: E402
 from fluksio.cli.plot import plot  # noqa: E402
 from fluksio.cli.schedule import schedule  # noqa: E402
+from fluksio.cli.ui import ui  # noqa: E402
 from fluksio.cli.watch import watch  # noqa: E402
 
 cli.add_command(flower)
@@ -402,6 +416,7 @@ cli.add_command(plot)
 cli.add_command(schedule)
 cli.add_command(beat)
 cli.add_command(alerts)
+cli.add_command(ui)
 
 
 def main() -> None:

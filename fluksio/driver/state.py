@@ -18,7 +18,7 @@ from fluksio.driver.verdict import End
 from fluksio.driver.waitlists import WaitLists
 from fluksio.driver.walk import Walk
 from fluksio.flows.flow import Flow
-from fluksio.messages import NodeCall
+from fluksio.messages import NodeCall, call_id
 from fluksio.runs.runtime import Runtime
 
 #: ``dispatch(call, queue, display_name)`` sends one node call to a worker queue.
@@ -64,9 +64,7 @@ class DriveState:
         return self.end is End.CANCELLED
 
     def call_id(self, unit: str) -> str:
-        # A resumed run's calls are named apart from the calls of the drive that went before it.
-        drive = f".r{self.epoch}" if self.epoch else ""
-        return f"{self.run_id}{drive}.{unit}.{self.attempts.get(unit, 1)}"
+        return call_id(self.run_id, self.epoch, unit, self.attempts.get(unit, 1))
 
     def journal_ended(self) -> None:
         """Rows for the nodes the walk ended without a call (skipped, failed before a call, mapped over nothing)."""

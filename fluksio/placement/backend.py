@@ -113,6 +113,11 @@ class Books(ABC):
         """Every live machine with its free resources: a full read, for ``fluksio placer``, not for claims."""
 
     @abstractmethod
+    def held(self) -> dict[str, list[Grant]]:
+        """Every live machine's grants now, ``{machine: [grant, …]}``: which calls run where (for the
+        explorer and ``fluksio placer``, not for claims). A grant's id is its call's id."""
+
+    @abstractmethod
     def inventories(self, cached: bool = False) -> Sequence[Inventory]:
         """The inventories of every live machine, sorted by name.
 

@@ -60,6 +60,10 @@ class MemoryBooks(Books):
         with self._lock:
             return list(self._books.values())  # type: ignore[arg-type]
 
+    def held(self) -> dict[str, list[Grant]]:
+        with self._lock:
+            return {name: list(books.grants.values()) for name, books in self._books.items()}
+
     def inventories(self, cached: bool = False) -> Sequence[Inventory]:
         return self._inventories  # an immutable tuple, replaced whole: no lock needed to read it
 

@@ -256,12 +256,14 @@ class Placer:
     # -- visibility -----------------------------------------------------------------------------
 
     def snapshot(self, stale_after_s: float | None = None) -> dict[str, Any]:
-        """Machines, what waits and why, and provisioner shapes, for ``fluksio placer``.
+        """Machines (with the grants of the calls running on each), what waits and why, and provisioner shapes,
+        for ``fluksio placer`` and the explorer.
 
         With ``stale_after_s``, a waiting call its driver has not kept on the list for that long (the
         driver died; see ``keep_waiting``) is dropped rather than shown waiting forever.
         """
         now = self._clock()
+        held = self.books.held()
         return {
             "machines": [
                 {
@@ -273,6 +275,9 @@ class Placer:
                     "free_gpu_ids": list(v.free_gpus),
                     "calls": v.calls,
                     "heartbeat_age_s": None if v.heartbeat_age_s is None else round(v.heartbeat_age_s, 1),
+                    # What each running call holds; a grant's id is its call's id (run, node, attempt).
+                    "grants": [{"id": g.id, "cpus": g.cpus, "gpus": list(g.gpus), "ram_mb": g.ram_mb}
+                               for g in sorted(held.get(v.inventory.name, ()), key=lambda g: g.id)],
                 }
                 for v in sorted(self.books.machines(), key=lambda v: v.inventory.name)
             ],

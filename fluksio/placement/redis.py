@@ -164,6 +164,14 @@ class RedisBooks(Books):
             ))
         return views
 
+    def held(self) -> dict[str, list[Grant]]:
+        names = sorted(n.decode() if isinstance(n, bytes) else n for n in self.redis.smembers(MACHINES_KEY))
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.hgetall(GRANTS_KEY + name)
+        return {name: [self._grant(name, gid, json.loads(value)) for gid, value in sorted(grants.items())]
+                for name, grants in zip(names, pipe.execute())}
+
     def alive(self, name: str) -> bool:
         return bool(self.redis.exists(HEARTBEAT_KEY + name))
 

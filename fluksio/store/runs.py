@@ -296,11 +296,27 @@ def get_run(db: Database, run_id: str) -> Run:
 @retried
 def list_runs(
     db: Database, flow: str | None = None, status: str | None = None, group: str | None = None, limit: int = 50,
-    schedule: str | None = None, parent: str | None = None,
+    schedule: str | None = None, parent: str | None = None, offset: int = 0,
 ) -> list[Run]:
-    query = select(Run).order_by(Run.id.desc()).limit(limit)
-    if parent:
-        query = query.where(Run.parent_id == parent)
+    """Runs newest first (ids sort by submission), filtered; ``parent``: the child runs of that run's subflows,
+    ``schedule``: the runs that schedule's ticks started."""
+    query = (_filtered(select(Run), flow, status, group, parent, schedule).order_by(Run.id.desc()).limit(limit)
+             .offset(offset))
+    with db.read() as session:
+        return list(session.scalars(query))
+
+
+@retried
+def count_runs(db: Database, flow: str | None = None, status: str | None = None, group: str | None = None,
+               parent: str | None = None, schedule: str | None = None) -> int:
+    """How many runs :func:`list_runs` would page through with these filters."""
+    query = _filtered(select(func.count()).select_from(Run), flow, status, group, parent, schedule)
+    with db.read() as session:
+        return int(session.scalar(query) or 0)
+
+
+def _filtered(query: Any, flow: str | None, status: str | None, group: str | None, parent: str | None,
+              schedule: str | None = None) -> Any:
     if schedule:
         query = query.where(Run.schedule == schedule)
     if flow:
@@ -309,8 +325,16 @@ def list_runs(
         query = query.where(Run.status == status)
     if group:
         query = query.where(Run.group_id == group)
+    if parent:
+        query = query.where(Run.parent_id == parent)
+    return query
+
+
+@retried
+def flow_names(db: Database) -> list[str]:
+    """Every flow that has a run, sorted (what a filter offers to choose from)."""
     with db.read() as session:
-        return list(session.scalars(query))
+        return list(session.scalars(select(Run.flow).distinct().order_by(Run.flow)))
 
 
 @retried

@@ -284,6 +284,17 @@ def test_detach_of_an_unknown_machine_returns_nothing():
 # -- visibility ------------------------------------------------------------------------------------
 
 
+def test_snapshot_lists_each_machine_s_grants_by_call_id_until_given_back():
+    placer = placer_with(machine("box", cpus=4, gpus=(2, 5), ram_mb=16_000, labels=("gpu",)), machine("cpu", cpus=2))
+    fit = placer.try_claim(req("R1.fit.1", cpus=2, gpus=2, ram_mb=500, device="gpu"))
+    load = placer.try_claim(req("R1.load.1", cpus=1))
+    assert isinstance(fit, Grant) and isinstance(load, Grant)
+    assert seen(placer, "box")["grants"] == [{"id": "R1.fit.1", "cpus": 2, "gpus": list(fit.gpus), "ram_mb": 500}]
+    assert seen(placer, "cpu")["grants"] == [{"id": "R1.load.1", "cpus": 1, "gpus": [], "ram_mb": 0}]
+    placer.release(fit)
+    assert seen(placer, "box")["grants"] == [] and seen(placer, "cpu")["calls"] == 1
+
+
 def test_snapshot_lists_machines_waiting_calls_and_provisioners():
     shapes = [(Resources(cpus=32, gpus=4, ram_mb=128_000), ("gpu", "slurm"))]
     placer = placer_with(machine("box", cpus=4, gpus=(2, 5), ram_mb=16_000, labels=("gpu",)), shapes=shapes)

@@ -85,6 +85,7 @@ def _drive_woken(runtime: Runtime, run: Run, dispatch: Dispatch, revoke: Revoke)
     epoch = store_family.claim_woken(runtime.db, run.id)
     if epoch is None:
         return  # another driver took it
+    claimed = run_rows.get_run(runtime.db, run.id)
     driver = Driver(runtime, run.id, run.params or {}, flow, dispatch, revoke, code_digest=run.code_digest,
-                    use_cache=not run.no_cache, epoch=epoch, run=run)
+                    use_cache=not run.no_cache, epoch=epoch, run=claimed)
     driver.run()

@@ -54,6 +54,9 @@ class Driver:
             journal=Journal(runtime.db, runtime.events, run_id), dispatch=dispatch, revoke=revoke,
             code_digest=code_digest, waitlists=WaitLists(walk.elements),
         )
+        #: A cancel was asked for before this drive began (a parked run woken to carry it out): done first,
+        #: before its children's ends (cancelled too) could be taken for failures.
+        self._cancel_first = bool(run is not None and run.cancel_requested)
         if run is not None:  # what its child runs inherit
             self.s.seed, self.s.priority, self.s.engine = run.seed, run.priority or 0, run.engine
             self.s.resumed_at = run.resumed_at
@@ -80,6 +83,8 @@ class Driver:
         s.rt.driving.add(s.run_id)
         try:
             s.journal_ended()  # nodes the walk decided at once (a condition on an input, say)
+            if self._cancel_first:
+                self._cancel()
             self._loop()
             self._wind_up()
         except Exception as exc:
@@ -227,10 +232,18 @@ class Driver:
         parent takes the run back (or, if the child woke it first, leaves it to the driver that child asked for).
         """
         s = self.s
+        news = s.rt.inbox.drain(s.run_id, DRAIN_LIMIT)
+        if news:  # a child's end, a cancel: acted on before letting go (the next drive would not see them soon)
+            self._handle(news)
+            return s.end is End.LOST
         s.journal.write()
         s.journal.announce()
         self._say_how_children_go()
         if not store_family.park(s.rt.db, s.run_id, s.epoch):
+            held, cancel = run_rows.refresh_lease(s.rt.db, s.run_id, s.epoch)
+            if held and cancel:
+                self._cancel()
+                return False
             log.warning("run %s could not park: it is no longer this driver's", s.run_id)
             s.end = End.LOST
             return True

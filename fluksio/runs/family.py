@@ -58,13 +58,17 @@ def resume(runtime: Runtime, run: Run) -> None:
 
 
 def cancel(runtime: Runtime, run_id: str, reason: str) -> RunStatus:
-    """Cancel a run: a queued one at once, a running one by telling its driver (waking it if it parked, so
-    that it cancels its own children). Returns the status after."""
+    """Cancel a run: a queued one at once, a running one by telling its driver — and its children, down the
+    tree, right away: a parked parent needs a driver slot to end, and its children may hold them all until
+    they are told. Returns the status after."""
     status, ended = run_rows.cancel_run(runtime.db, run_id, reason)
     run = run_rows.get_run(runtime.db, run_id)
     if ended:  # a queued run, cancelled by this call: nobody else will tell its alerts (or its parent)
         runtime.run_ended(run.id, RunStatus.CANCELLED)
     if status is RunStatus.RUNNING:
         runtime.inbox.push(run.id, Cancel())
+        for child in store_family.children_of(runtime.db, run.id):
+            if not RunStatus(child.status).is_terminal():
+                cancel(runtime, child.id, f"its parent run {run.id} was cancelled")
         wake(runtime, run)
     return status

@@ -39,11 +39,12 @@ def _changed(result: Any) -> bool:
 
 @retried
 def park(db: Database, run_id: str, epoch: int) -> bool:
-    """The run's driver lets go: ``running`` in ``epoch``, not parked already. Returns whether it parked."""
+    """The run's driver lets go: ``running`` in ``epoch``, not parked already, no cancel asked for (a
+    cancel is its driver's to carry out first). Returns whether it parked."""
     with db.write() as session:
         return _changed(session.execute(
             update(Run).where(Run.id == run_id, Run.status == RunStatus.RUNNING.value, Run.resume_count == epoch,
-                              Run.park_state.is_(None))
+                              Run.park_state.is_(None), Run.cancel_requested.is_(False))
             .values(park_state=PARKED, lease_at=utcnow())))
 
 

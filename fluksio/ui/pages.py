@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from fluksio.errors import RunNotFound
+from fluksio.messages import call_id
 from fluksio.schemas import NodeRecord, RunStatus
 from fluksio.ui import queries, svg, views
 from fluksio.ui.api import run_filters
@@ -77,7 +78,7 @@ class RunPage(Page):
             if epoch is None:
                 return None
             unit = node.node if node.index is None else f"{node.node}[{node.index}]"
-            return views.flower_task_url(flower, views.call_id(record.id, epoch, unit, node.attempt))
+            return views.flower_task_url(flower, call_id(record.id, epoch, unit, node.attempt))
 
         return link
 

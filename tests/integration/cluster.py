@@ -104,10 +104,14 @@ class Cluster:
 
 @contextmanager
 def running_cluster(workdir: Path, workers: dict[str, tuple[str, ...]], database_url: str | None = None,
-                    **redis_options: object) -> Iterator[Cluster]:
-    """A redis-server and the named `fluksio worker`s (name → flags), all attached; stopped afterwards."""
+                    env: dict[str, str] | None = None, **redis_options: object) -> Iterator[Cluster]:
+    """A redis-server and the named `fluksio worker`s (name → flags), all attached; stopped afterwards.
+
+    ``env`` adds to (or replaces in) the environment every worker starts with.
+    """
     server = RedisServer(workdir / "redis", **redis_options).start()  # type: ignore[arg-type]
     setup = Cluster(workdir, server, database_url)
+    setup.env.update(env or {})
     try:
         for name, flags in workers.items():
             setup.start_worker(name, *flags)

@@ -7,6 +7,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 from fluksio.driver.state import DriveState
+from fluksio.messages import call_id
 from fluksio.schemas import NodeRecord, NodeStatus, RunRecord, RunStatus
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
@@ -14,7 +15,6 @@ from fluksio.store.models import Run
 from fluksio.store.nodes import NodeRow, record_nodes
 from fluksio.store.runs import insert_run, load_record, utcnow
 from fluksio.ui.views import (
-    call_id,
     compare_rows,
     epoch_of,
     flower_task_url,

@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 from fluksio.artifacts.artifact import Artifact, validate_digest
 from fluksio.artifacts.store import ArtifactStore
@@ -56,3 +57,9 @@ class LocalArtifactStore(ArtifactStore):
         if not file.is_file():
             raise ArtifactError(f"artifact {digest} is gone from {self.root}")
         return file
+
+    def open(self, digest: str) -> BinaryIO:
+        try:
+            return self._file(digest).open("rb")
+        except FileNotFoundError:
+            raise ArtifactError(f"artifact {digest} is gone from {self.root}") from None

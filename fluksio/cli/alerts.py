@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fluksio.cli import render
-from fluksio.runs.contact import open_store
+from fluksio.runs.contact import open_run_store
 from fluksio.settings import load_settings
 from fluksio.store import alerts as alert_rows
 
@@ -28,7 +28,7 @@ def alerts() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def log(rule: str | None, run_id: str | None, failed: bool, limit: int, as_json: bool) -> None:
     """List alerts sent and failed, newest first."""
-    db = open_store(load_settings())
+    db = open_run_store(load_settings())
     try:
         records = alert_rows.list_alerts(db, rule=rule, run_id=run_id,
                                          outcome=alert_rows.FAILED if failed else None, limit=limit)
@@ -57,7 +57,7 @@ def test(rule: str) -> None:
     from fluksio.triggers.alerts import send_test
 
     settings = load_settings()
-    db = open_store(settings)
+    db = open_run_store(settings)
     try:
         record = send_test(settings, db, rule)
     finally:

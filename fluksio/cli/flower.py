@@ -14,7 +14,7 @@ import click
 from rich.text import Text
 
 from fluksio.cli import render
-from fluksio.settings import load_settings, redact_url, require_redis_broker
+from fluksio.settings import load_settings, redact_url
 
 #: Exit code when Flower cannot be started as asked.
 EXIT_BAD_INPUT = 2
@@ -41,13 +41,16 @@ def flower(port: int, address: str, basic_auth: tuple[str, ...], url_prefix: str
     except ImportError:
         render.console(stderr=True).print(Text.assemble(("error:", "red"), " ", MISSING_FLOWER))
         sys.exit(EXIT_BAD_INPUT)
+    from fluksio.ui.flower import MOUNT, mount_in_flower
     from fluksio.worker.flower import flower_app, prepare_flower
 
     app = flower_app(settings)
-    from fluksio.runs.broker import check_broker
+    from fluksio.runs.contact import check_installation
 
-    require_redis_broker(settings)
-    check_broker(settings)  # an unreachable broker is said now, in one line, not by an empty dashboard
+    # Broker and run store (the explorer mounted in Flower reads it): an unreachable one is said now, in
+    # one line, not by an empty dashboard or a traceback from inside Flower.
+    check_installation(settings)
+    mount_in_flower(settings)  # the run explorer under /fluksio/, linked from Flower's navigation
     if not basic_auth and not _is_loopback(address):
         render.console(stderr=True).print(Text.assemble(
             ("warning:", "yellow"), f" Flower on {address} without --basic-auth lets anyone who reaches port "
@@ -58,9 +61,11 @@ def flower(port: int, address: str, basic_auth: tuple[str, ...], url_prefix: str
         render.console(stderr=True).print(Text.assemble(
             ("warning:", "yellow"), f" could not ask the workers for task events yet ({type(exc).__name__}: {exc}); "
             "Flower asks them again every 5 s"))
-    render.console(stderr=True).print(
-        f"Flower on http://{address}:{port}/{(url_prefix or '').strip('/')} for broker "
-        f"{redact_url(settings.broker_url)}", highlight=False)
+    root = f"http://{address}:{port}/" + (f"{url_prefix.strip('/')}/" if url_prefix else "")
+    explorer = (f"the run explorer at {root}{MOUNT}/" if basic_auth or _is_loopback(address) else
+                "the run explorer is not mounted (it can cancel runs: give --basic-auth)")
+    render.console(stderr=True).print(f"Flower on {root} for broker {redact_url(settings.broker_url)}; {explorer}",
+                                      highlight=False)
     sys.exit(app.start(argv) or 0)
 
 

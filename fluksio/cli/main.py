@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from fluksio.cli.connection import lost_connection, open_client
 from fluksio.cli.params import parse_grid, parse_params, parse_seeds, string_inputs
 from fluksio.client import Client, RunHandle
 from fluksio.errors import FluksioError
-from fluksio.runs.contact import open_store
+from fluksio.runs.contact import open_run_store
 from fluksio.runs.metrics import latest_of, series_of
 from fluksio.schemas import RunStatus
 from fluksio.settings import load_settings
@@ -29,6 +30,8 @@ from fluksio.store.nodes import artifacts_of
 EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_TIMED_OUT, EXIT_INTERRUPTED = 1, 2, 124, 130
 #: How often the live display re-reads the run, in seconds.
 REFRESH_S = 0.2
+#: Bytes copied per step when an artifact streams to a file.
+STREAM_CHUNK = 1 << 20
 
 
 class FluksioGroup(click.Group):
@@ -164,7 +167,20 @@ def demo(params: tuple[str, ...], seed: int) -> None:
     source = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
     if not source.is_file():
         raise click.ClickException(f"the demo flow is not at {source}; it ships with fluksio's source checkout")
-    _run(f"{source}:flow", params, seed, None, False, False, None, False)
+    try:
+        _run(f"{source}:flow", params, seed, None, False, False, None, False)
+    except SystemExit as done:  # the run ended (ok or not) and was shown: say where to look at it next
+        if done.code in (0, EXIT_RUN_FAILED):
+            click.echo(explorer_hint(), err=True)
+        raise
+
+
+def explorer_hint() -> str:
+    """Where to look at runs in a browser (said after the demo)."""
+    import importlib.util
+
+    command = "fluksio ui" if importlib.util.find_spec("tornado") else "pip install 'fluksio[ui]' && fluksio ui"
+    return f"see it in a browser: {command}, then open http://127.0.0.1:8585/"
 
 
 @cli.command()
@@ -365,17 +381,25 @@ def artifact() -> None:
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), required=True,
               help="File to write the bytes to ('-' for standard output).")
 def artifact_get(digest: str, output: str) -> None:
-    """Write the bytes of artifact DIGEST (sha256:…) to a file."""
+    """Write the bytes of artifact DIGEST (sha256:…) to a file, streamed and checked against the digest."""
     from fluksio.artifacts.artifact import validate_digest
-    from fluksio.artifacts.local import LocalArtifactStore
+    from fluksio.artifacts.factory import open_store
 
-    settings = load_settings()
-    data = LocalArtifactStore(settings.artifacts_dir).get(validate_digest(digest))
-    if output == "-":
-        sys.stdout.buffer.write(data)
-    else:
-        Path(output).write_bytes(data)
-        click.echo(f"wrote {len(data)} bytes to {output}", err=True)
+    store = open_store(load_settings(), check=True)
+    with store.open(validate_digest(digest)) as source:
+        if output == "-":
+            # Bytes already written cannot be taken back: a copy found corrupt at its end exits non-zero.
+            shutil.copyfileobj(source, sys.stdout.buffer, STREAM_CHUNK)
+            return
+        target = Path(output)
+        partial = target.with_name(f".{target.name}.partial")
+        try:
+            with partial.open("wb") as handle:
+                shutil.copyfileobj(source, handle, STREAM_CHUNK)
+            partial.replace(target)  # only a checked, whole copy gets the name asked for
+        finally:
+            partial.unlink(missing_ok=True)
+    click.echo(f"wrote {target.stat().st_size} bytes to {output}", err=True)
 
 
 @cli.group()
@@ -386,7 +410,7 @@ def db() -> None:
 @db.command()
 def upgrade() -> None:
     """Create or upgrade the run store's tables to the newest schema."""
-    database = open_store(load_settings(), upgrade=False)
+    database = open_run_store(load_settings(), upgrade=False)
     before = database.current_revision()
     database.upgrade()
     click.echo(f"run store at revision {database.current_revision()} (was {before or 'empty'})")
@@ -398,6 +422,7 @@ from fluksio.cli.beat import beat  # noqa: E402
 from fluksio.cli.flower import flower  # noqa: E402
 from fluksio.cli.plot import plot  # noqa: E402
 from fluksio.cli.schedule import schedule  # noqa: E402
+from fluksio.cli.ui import ui  # noqa: E402
 from fluksio.cli.watch import watch  # noqa: E402
 
 cli.add_command(flower)
@@ -406,6 +431,7 @@ cli.add_command(plot)
 cli.add_command(schedule)
 cli.add_command(beat)
 cli.add_command(alerts)
+cli.add_command(ui)
 
 
 def main() -> None:

@@ -59,6 +59,12 @@ class NodeSpec:
     unless: str | None = None
     #: Most elements of a mapped node that run at once (``None``: as many as the machines grant).
     max_parallel: int | None = None
+    #: A subflow node: the ``Flow`` each call is a child run of (``params`` then names the child's inputs).
+    subflow: Any = field(default=None, repr=False, compare=False)
+    #: Of a subflow node: ``(parent message, child output)`` for each message it provides.
+    child_outputs: tuple[tuple[str, str], ...] = ()
+    #: Of a subflow node: ``(child input, value)`` given as constants.
+    constants: tuple[tuple[str, Any], ...] = ()
 
     @property
     def messages(self) -> tuple[str, ...]:

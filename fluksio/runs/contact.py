@@ -17,7 +17,7 @@ from fluksio.settings import Settings, require_redis_broker
 from fluksio.store.db import Database
 
 
-def open_store(settings: Settings, upgrade: bool = True) -> Database:
+def open_run_store(settings: Settings, upgrade: bool = True) -> Database:
     """The run store of ``settings``, reached once (and brought to the newest schema when ``upgrade``).
 
     Raises :class:`ConfigError` for a URL no driver here can open (a missing package, an unknown scheme)
@@ -53,4 +53,4 @@ def check_installation(settings: Settings) -> None:
         from fluksio.runs.broker import check_broker  # the embedded default never loads redis-py
 
         check_broker(settings)
-    open_store(settings, upgrade=False).dispose()
+    open_run_store(settings, upgrade=False).dispose()

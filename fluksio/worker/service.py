@@ -144,9 +144,9 @@ def start_poller(runtime: Runtime) -> Poller | None:
     if runtime.provisioner is None:
         return None
     redis_client = runtime.redis
-    assert redis_client is not None  # a provisioner exists only in the distributed mode
+    assert redis_client is not None  # provisioners exist only in the distributed mode
 
-    def wake_drivers(_requests: object) -> None:
+    def wake_drivers(_changed: object) -> None:
         redis_client.publish(CHANGES_CHANNEL, "provision")
 
     return Poller(runtime.provisioner, interval_s=min(2.0, runtime.settings.heartbeat_interval_s * 2),

@@ -93,6 +93,7 @@ def test_demo_runs_and_show_presents_its_loss_and_model(tmp_path: Path) -> None:
     done = fluksio("demo", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "rmse" in done.stdout and "model.json" in done.stdout
+    assert "see it in a browser: fluksio ui, then open http://127.0.0.1:8585/" in done.stderr
     run_id = json.loads(fluksio("runs", "--json", cwd=tmp_path).stdout)[0]["id"]
     shown = fluksio("show", run_id, cwd=tmp_path).stdout
     assert "loss" in shown and "200" in shown  # 200 epochs, one loss step each

@@ -395,7 +395,8 @@ def walk_table(port: int) -> dict[str, Command]:
         "worker": Command(["worker", "--name", "walker", "--cpus", "1", "--gpus", "none"], both,
                           waits_for_broker=True),
         "beat": Command(["beat"], both, waits_for_broker=True),
-        "flower": Command(["flower", "--port", str(port)], frozenset({"broker"}), serving="Flower on http://"),
+        "flower": Command(["flower", "--port", str(port)], both, serving="Flower on http://"),  # + the explorer
+        "ui": Command(["ui", "--port", "0"], both, serving="run explorer on http://"),
         "db upgrade": Command(["db", "upgrade"], frozenset({"store"})),
         "alerts log": Command(["alerts", "log"], frozenset({"store"})),
         "alerts test": Command(["alerts", "test", "no-such-rule"], frozenset({"store"})),

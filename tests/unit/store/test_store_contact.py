@@ -11,7 +11,7 @@ from sqlalchemy.exc import OperationalError
 
 from fluksio.errors import ConfigError, StoreUnavailable
 from fluksio.outage import LOGGER
-from fluksio.runs.contact import open_store
+from fluksio.runs.contact import open_run_store
 from fluksio.settings import Settings
 from fluksio.store import db as db_module
 from fluksio.store.db import CONNECT_TIMEOUT_S, Database, retried
@@ -19,7 +19,7 @@ from fluksio.store.db import CONNECT_TIMEOUT_S, Database, retried
 
 def test_a_missing_driver_is_a_config_error_naming_the_package() -> None:
     with pytest.raises(ConfigError) as info:
-        open_store(Settings(database_url="mysql://fluksio:hunter2@db/runs"))
+        open_run_store(Settings(database_url="mysql://fluksio:hunter2@db/runs"))
     message = str(info.value)
     assert "pip install mysqlclient" in message and "mysql://fluksio:***@db/runs" in message
     assert "hunter2" not in message
@@ -27,13 +27,13 @@ def test_a_missing_driver_is_a_config_error_naming_the_package() -> None:
 
 def test_an_unknown_scheme_is_a_config_error_naming_the_supported_ones() -> None:
     with pytest.raises(ConfigError, match=r"unknown scheme 'nosuchdb'.*SQLite .*PostgreSQL"):
-        open_store(Settings(database_url="nosuchdb://x/y"))
+        open_run_store(Settings(database_url="nosuchdb://x/y"))
 
 
 def test_a_sqlite_file_under_a_file_cannot_be_opened_and_says_where(tmp_path: Path) -> None:
     (tmp_path / "plain").write_text("not a folder")
     with pytest.raises(StoreUnavailable, match=r"cannot open the run store sqlite:///.*plain/runs.db"):
-        open_store(Settings(database_url=f"sqlite:///{tmp_path / 'plain' / 'runs.db'}"))
+        open_run_store(Settings(database_url=f"sqlite:///{tmp_path / 'plain' / 'runs.db'}"))
 
 
 def test_postgres_connections_time_out_unless_the_url_says_otherwise() -> None:

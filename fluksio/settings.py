@@ -8,6 +8,7 @@ setting is an error, not a silent default.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from pathlib import Path
@@ -218,3 +219,28 @@ def redact_url(url: str) -> str:
         if colon != -1 and colon + 1 < len(head) and not head[colon + 1:].startswith("//"):
             return f"{head[:colon + 1]}***@{tail}"
     return url
+
+
+def is_loopback(address: str) -> bool:
+    """Whether only this host can reach ``address`` (``''`` and ``0.0.0.0`` mean every interface): what a
+    server of fluksio (the explorer, Flower) may listen on without a password."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def read_json_file(path: Path, what: str) -> Any:
+    """The JSON in the file at ``path``; a :class:`ConfigError` naming ``what`` it is (``alert rules``,
+    ``provisioner profiles``) and what is wrong with it — unreadable, or not JSON (with the line and column)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+                          ) from None

@@ -212,13 +212,15 @@ def sweep(flow: str, grid: tuple[str, ...], seeds: str | None, params: tuple[str
 @click.option("--status", type=click.Choice([s.value for s in RunStatus]), help="Only runs in this status.")
 @click.option("--group", help="Only runs of this group (a sweep).")
 @click.option("--schedule", "schedule_name", metavar="NAME", help="Only runs that schedule's ticks started.")
+@click.option("--parent", metavar="RUN", help="Only the child runs of RUN (its subflow calls).")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-def runs(flow: str | None, status: str | None, group: str | None, schedule_name: str | None, limit: int,
-         as_json: bool) -> None:
+def runs(flow: str | None, status: str | None, group: str | None, schedule_name: str | None, parent: str | None,
+         limit: int, as_json: bool) -> None:
     """List runs, newest first."""
     with _client() as client:
-        records = client.runs(flow=flow, status=status, group=group, limit=limit, schedule=schedule_name)
+        records = client.runs(flow=flow, status=status, group=group, limit=limit, schedule=schedule_name,
+                              parent=parent)
         latest = {r.id: {n: v for n, (_s, v) in latest_of(client.runtime.db, r.id).items()} for r in records}
         if as_json:
             click.echo(json.dumps([{**json.loads(r.model_dump_json()), "metrics": latest[r.id]} for r in records],

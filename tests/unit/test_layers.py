@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"runs"},
     {"provisioners"},
     {"placement", "store", "artifacts", "codecs", "flows", "routing", "messages"},
+    {"failures", "outage"},                        # why a connection failed, in words; notices during an outage
     {"settings", "schemas"},
     {"constants", "errors"},
 ]

@@ -21,8 +21,10 @@ from fluksio.provisioners.base import Provisioner
 from fluksio.runs import family
 from fluksio.runs.events import Events, MemoryEvents, RedisEvents
 from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
+from fluksio.runs.signing import load_signer
+from fluksio.runs.tls import check_tls, tls_failure
 from fluksio.schemas import Inventory, RunStatus
-from fluksio.settings import Settings, redact_url
+from fluksio.settings import Settings, redact_url, verified_redis_url
 from fluksio.store import runs as run_rows
 from fluksio.store.db import Database
 
@@ -101,24 +103,28 @@ class Runtime:
         from fluksio.placement.redis import RedisBooks
 
         class OutageRetry(Retry):
-            """Retry through an outage (a restart, say) for about broker_outage_s — but never a refused login."""
+            """Retry through an outage (a restart, say) for about broker_outage_s — but never a refused login,
+            nor a TLS failure no retry mends (a certificate that does not verify: fluksio/runs/tls.py)."""
 
             def call_with_retry(self, do, fail, is_retryable=None, with_failure_count=False):  # type: ignore[no-untyped-def]
                 def retryable(error: Exception) -> bool:
-                    return not isinstance(error, AuthenticationError) and (is_retryable is None or is_retryable(error))
+                    return (not isinstance(error, AuthenticationError) and tls_failure(error) is None
+                            and (is_retryable is None or is_retryable(error)))
 
                 return super().call_with_retry(do, fail, retryable, with_failure_count)
 
+        url = verified_redis_url(settings.broker_url)
+        check_tls(url)  # a certificate that fails verification is said now, in one line, not retried as an outage
         retry = OutageRetry(ExponentialBackoff(cap=1.0, base=0.05), retries=int(settings.broker_outage_s) + 5)
         client = redis.Redis.from_url(
-            settings.broker_url, socket_keepalive=True, socket_connect_timeout=5, health_check_interval=30,
+            url, socket_keepalive=True, socket_connect_timeout=5, health_check_interval=30,
             retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError],
         )
         books = RedisBooks(client, settings.heartbeat_ttl_s)
         provisioner = _provisioner(settings, client)
         placer = Placer(books, provisioner_shapes=provisioner.shapes() if provisioner else ())
         return cls(settings=settings, db=_database(settings), artifacts=artifacts,
-                   registry=_registry(settings), placer=placer, inbox=RedisInbox(client),
+                   registry=_registry(settings), placer=placer, inbox=RedisInbox(client, load_signer(settings)),
                    events=RedisEvents(client),
                    machine=machine or settings.machine_name or socket.gethostname(), redis=client,
                    provisioner=provisioner)

@@ -1,0 +1,99 @@
+"""TLS to the broker: which failures no retry mends, and a first look that says so at once.
+
+A broker that is restarting is waited for (``FLUKSIO_BROKER_OUTAGE_S``); a certificate that does not verify
+will not verify on the next try either. :func:`tls_failure` tells the two apart, so that the distributed
+mode's Redis client never retries it (fluksio/runs/runtime.py) and :func:`check_tls` turns it into one
+line at start: which check failed, and which setting to look at.
+
+The TLS options are query parameters of the ``rediss://`` URL (``ssl_ca_certs``, ``ssl_certfile``,
+``ssl_keyfile``, ``ssl_cert_reqs``, ``ssl_check_hostname``): the one spelling kombu, Celery's result backend
+and redis-py all read (see :func:`fluksio.settings.verified_redis_url`).
+"""
+
+from __future__ import annotations
+
+import ssl
+
+from fluksio.errors import ConfigError
+from fluksio.settings import redact_url
+
+#: OpenSSL reasons that a configuration causes, not an outage: the server refused our certificate (or
+#: wanted one), or one side does not speak TLS at all.
+PERMANENT_REASONS = frozenset({
+    "CERTIFICATE_VERIFY_FAILED", "TLSV1_ALERT_UNKNOWN_CA", "SSLV3_ALERT_BAD_CERTIFICATE",
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED", "SSLV3_ALERT_CERTIFICATE_UNKNOWN", "TLSV1_ALERT_ACCESS_DENIED",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED", "WRONG_VERSION_NUMBER", "PEM_LIB", "KEY_VALUES_MISMATCH",
+    "CA_MD_TOO_WEAK", "EE_KEY_TOO_SMALL",
+})
+#: Longest the first look may wait to connect, in seconds.
+PROBE_TIMEOUT_S = 5.0
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    found: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in found:
+        found.append(current)
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def tls_failure(error: BaseException) -> str | None:
+    """What went wrong, when ``error`` (or what it was raised from) is a TLS failure that a retry cannot mend;
+    else ``None``.
+
+    redis-py wraps the :class:`ssl.SSLError` in its ConnectionError (keeping it as the context), so the text
+    of the error is looked at too.
+    """
+    for cause in _chain(error):
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"the server's certificate did not verify ({cause.verify_message or cause.reason})"
+        if isinstance(cause, ssl.SSLError) and cause.reason in PERMANENT_REASONS:
+            return f"TLS failed ({cause.reason}: {cause.strerror or cause})"
+        if isinstance(cause, (FileNotFoundError, IsADirectoryError, PermissionError)) and cause.filename:
+            return f"cannot read the TLS file {cause.filename} ({cause.strerror})"
+    text = str(error)
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return f"the server's certificate did not verify ({text.rsplit('] ', 1)[-1].strip().rstrip('.')})"
+    reason = next((reason for reason in PERMANENT_REASONS if reason in text), None)
+    return f"TLS failed ({reason})" if reason else None
+
+
+def hint(failure: str) -> str:
+    """What to check for a failure :func:`tls_failure` named."""
+    if "Hostname mismatch" in failure or "IP address mismatch" in failure:
+        return ("connect by a name (or IP address) the server's certificate carries, or add "
+                "ssl_check_hostname=false to the URL")
+    if "did not verify" in failure:
+        return ("give the CA that signed the server's certificate as ?ssl_ca_certs=FILE in the URL (or "
+                "ssl_cert_reqs=none to skip the check, which lets anyone in the middle read and forge messages)")
+    if "cannot read" in failure:
+        return "check the ssl_ca_certs, ssl_certfile and ssl_keyfile paths in the URL"
+    if "WRONG_VERSION_NUMBER" in failure:
+        return "the server does not speak TLS on that port: use redis:// there, or the server's TLS port"
+    return "the server refused this client's certificate: check ssl_certfile and ssl_keyfile in the URL"
+
+
+def check_tls(url: str, setting: str = "FLUKSIO_BROKER_URL") -> None:
+    """For a ``rediss://`` URL, connect once, without retrying: a TLS failure no retry mends is a
+    :class:`ConfigError` now, naming the URL (password hidden) and the check that failed. Anything else
+    (a server that is down, a refused password) is left to whoever uses the connection next."""
+    if not url.startswith("rediss://"):
+        return
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    try:
+        probe = redis.Redis.from_url(url, socket_connect_timeout=PROBE_TIMEOUT_S, socket_timeout=PROBE_TIMEOUT_S,
+                                     retry=Retry(NoBackoff(), 0))
+    except ValueError:
+        return  # a malformed URL: said by whoever parses it next, with its own words
+    try:
+        probe.ping()
+    except redis.RedisError as exc:
+        failure = tls_failure(exc)
+        if failure is not None:
+            raise ConfigError(f"{setting}={redact_url(url)}: {failure}; {hint(failure)}") from None
+    finally:
+        probe.close()

@@ -45,6 +45,6 @@ PROVISION_SLOT_KEY = KEY_PREFIX + "provision:slot:"
 PROVISION_LIVE_KEY = KEY_PREFIX + "provision:live"
 #: STRING: a profile's most recently ended machine request: ``PROVISION_LAST_KEY + profile``.
 PROVISION_LAST_KEY = KEY_PREFIX + "provision:last:"
-#: HASH process (``nodes@box1``, ``drivers@box1``) → JSON of the certificate it signs with and those it trusts,
-#: written as it starts: how a worker learns at start that the others would refuse its messages.
-SIGNERS_KEY = KEY_PREFIX + "signers"
+#: STRING per signing process (``SIGNER_KEY + "nodes@box1"``): JSON of the certificate it signs with and those
+#: it trusts, refreshed while it runs and expiring after it: how a worker learns at start who would refuse it.
+SIGNER_KEY = KEY_PREFIX + "signer:"

@@ -54,7 +54,8 @@ def tls_failure(error: BaseException) -> str | None:
             return f"cannot read the TLS file {cause.filename} ({cause.strerror})"
     text = str(error)
     if "CERTIFICATE_VERIFY_FAILED" in text:
-        return f"the server's certificate did not verify ({text.rsplit('] ', 1)[-1].strip().rstrip('.')})"
+        detail = text.rsplit("certificate verify failed", 1)[-1].lstrip(": ").strip().rstrip(".")
+        return f"the server's certificate did not verify ({detail or 'certificate verify failed'})"
     reason = next((reason for reason in PERMANENT_REASONS if reason in text), None)
     return f"TLS failed ({reason})" if reason else None
 

@@ -13,8 +13,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from fluksio.constants import SIGNERS_KEY
+from fluksio.constants import SIGNER_KEY
 from fluksio.runs.signing import Signer
+
+#: How long what a process said of itself stands unless it says it again, in seconds (it does, every third).
+TTL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -28,26 +31,28 @@ class Peer:
 
 
 def announce(redis: Any, name: str, signer: Signer) -> None:
-    """Say which certificate the process ``name`` signs with and which ones it trusts."""
-    redis.hset(SIGNERS_KEY, name, json.dumps({"certificate": signer.identity, "trusts": sorted(signer.trusted),
-                                              "at": time.time()}))
+    """Say, for the next :data:`TTL_S` seconds, which certificate the process ``name`` signs with and which
+    ones it trusts (a process that dies stops saying it, and is forgotten)."""
+    redis.set(SIGNER_KEY + name, json.dumps({"certificate": signer.identity, "trusts": sorted(signer.trusted),
+                                             "at": time.time()}), px=int(TTL_S * 1000))
 
 
 def withdraw(redis: Any, name: str) -> None:
-    redis.hdel(SIGNERS_KEY, name)
+    redis.delete(SIGNER_KEY + name)
 
 
 def peers(redis: Any) -> list[Peer]:
-    """Every signing process that announced itself (and did not withdraw), by name."""
+    """Every signing process that is running (it said so within :data:`TTL_S`), by name."""
+    keys = sorted(redis.scan_iter(match=SIGNER_KEY + "*", count=500))
     found = []
-    for raw_name, raw in sorted(redis.hgetall(SIGNERS_KEY).items()):
+    for key, raw in zip(keys, redis.mget(keys) if keys else [], strict=True):
+        name = key.decode() if isinstance(key, bytes) else str(key)
         try:
             data = json.loads(raw)
-            found.append(Peer(name=raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name),
-                              certificate=str(data["certificate"]), trusts=frozenset(map(str, data["trusts"])),
-                              at=float(data["at"])))
+            found.append(Peer(name=name[len(SIGNER_KEY):], certificate=str(data["certificate"]),
+                              trusts=frozenset(map(str, data["trusts"])), at=float(data["at"])))
         except (ValueError, KeyError, TypeError):
-            continue  # not something a fluksio wrote: nothing to say about it
+            continue  # gone meanwhile, or not something a fluksio wrote: nothing to say about it
     return found
 
 

@@ -13,6 +13,7 @@ process, so one process signs with one key whatever number of apps it builds.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from celery import Celery
@@ -60,24 +61,51 @@ def secure(app: Celery, settings: Settings) -> None:
         raise ConfigError(f"cannot set up message signing (FLUKSIO_SIGNING_*): {type(exc).__name__}: {exc}") from None
 
 
-def introduce(runtime: Runtime, name: str) -> None:
-    """As a signing worker process ``name`` (``nodes@box1``) starts: say which certificate it signs with, and
-    tell its log at once of every process that would refuse its messages, or whose messages it would refuse."""
-    signer = load_signer(runtime.settings)
-    if signer is None or runtime.redis is None:
-        return
-    log.info("%s signs its messages as %r and trusts %d certificate(s) from %s", name, signer.identity,
-             len(signer.trusted), signer.store_path)
-    others = trust.peers(runtime.redis)
-    trust.announce(runtime.redis, name, signer)
-    for problem in trust.disagreements(name, signer, others):
-        log.error("message signing: %s", problem)
+class Introduction:
+    """What a signing worker process said of itself (:func:`introduce`), said again every third of
+    :data:`~fluksio.runs.trust.TTL_S` until :meth:`withdraw`."""
 
+    def __init__(self, runtime: Runtime, name: str) -> None:
+        self.runtime = runtime
+        self.name = name
+        self.signer = load_signer(runtime.settings)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep, name="fluksio-signer", daemon=True)
 
-def withdraw(runtime: Runtime, name: str) -> None:
-    """A process that stops cleanly takes back what :func:`introduce` said of it."""
-    if runtime.settings.signing and runtime.redis is not None:
+    def start(self) -> Introduction:
+        signer, client = self.signer, self.runtime.redis
+        if signer is None or client is None:
+            return self
+        log.info("%s signs its messages as %r and trusts %d certificate(s) from %s", self.name, signer.identity,
+                 len(signer.trusted), signer.store_path)
+        others = trust.peers(client)
+        trust.announce(client, self.name, signer)
+        for problem in trust.disagreements(self.name, signer, others):
+            log.error("message signing: %s", problem)
+        self._thread.start()
+        return self
+
+    def _keep(self) -> None:
+        assert self.signer is not None and self.runtime.redis is not None
+        while not self._stop.wait(trust.TTL_S / 3):
+            try:
+                trust.announce(self.runtime.redis, self.name, self.signer)
+            except Exception:  # the broker away for a moment: the next try says it again
+                log.debug("could not say again which certificate %s signs with", self.name, exc_info=True)
+
+    def withdraw(self) -> None:
+        """A process that stops cleanly takes back what it said of itself."""
+        self._stop.set()
+        if self.signer is None or self.runtime.redis is None:
+            return
         try:
-            trust.withdraw(runtime.redis, name)
+            trust.withdraw(self.runtime.redis, self.name)
         except Exception:  # the broker may be what is going away
-            log.debug("could not withdraw %s from the signers", name, exc_info=True)
+            log.debug("could not withdraw %s from the signers", self.name, exc_info=True)
+
+
+def introduce(runtime: Runtime, name: str) -> Introduction:
+    """As a signing worker process ``name`` (``nodes@box1``) starts: say which certificate it signs with, and
+    tell its log at once of every running process that would refuse its messages, or whose messages it would
+    refuse. Keeps saying it while the process runs; call ``withdraw()`` as it stops."""
+    return Introduction(runtime, name).start()

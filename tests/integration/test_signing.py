@@ -185,6 +185,7 @@ def test_a_worker_whose_certificate_the_others_do_not_trust_is_told_so_at_start(
     signed.cluster.start_worker("odd-1", "--cpus", "1", "--gpus", "none", "--labels", "odd", env=intruder)
     try:
         log = wait_for_log(signed.cluster, "odd-1", "does not trust the certificate nodes@odd-1 signs with")
+        wait_for_log(signed.cluster, "odd-1", "nodes@odd-1 ready.")  # Celery's signal handlers are in: a clean stop
         assert f"nodes@{WORKER} does not trust" in log and f"drivers@{WORKER} does not trust" in log
         assert "FLUKSIO_SIGNING_CERT_STORE" in log
     finally:
@@ -219,3 +220,13 @@ def _give_back(signed: Signed, call_id: str) -> None:
     for grant in books.held().get(WORKER, []):
         if grant.id == call_id:
             books.give(grant)
+
+
+def test_the_security_check_finds_every_signing_process_trusting_this_one(signed: Signed) -> None:
+    done = subprocess.run([sys.executable, "-m", "fluksio.cli.main", "security", "check", "--json"],
+                          env=signed.cluster.env, capture_output=True, text=True, timeout=60)
+    found = {entry["check"]: entry for entry in json.loads(done.stdout)}
+    assert found["signing"]["verdict"] == "ok" and "installation" in found["signing"]["detail"]
+    assert found["signing: peers"]["verdict"] == "ok", found["signing: peers"]
+    assert f"drivers@{WORKER}" in found["signing: peers"]["detail"] and f"nodes@{WORKER}" in found[
+        "signing: peers"]["detail"]

@@ -53,3 +53,14 @@ def test_a_signing_mistake_is_one_line_naming_the_file(tmp_path):
     runtime = Runtime.standalone(settings)
     with pytest.raises(ConfigError, match=r"FLUKSIO_SIGNING_KEY=.*missing.key: cannot read it"):
         create_app(settings, runtime)
+
+
+def test_flowers_app_signs_its_control_commands_too(tmp_path):
+    from fluksio.worker.flower import flower_app
+    from tests.certs import self_signed, store_of
+
+    me = self_signed(tmp_path / "ids", "flower")
+    app = flower_app(Settings(broker_url="redis://127.0.0.1:6390/0", signing_key=me.key,
+                              signing_certificate=me.certificate, signing_cert_store=store_of(tmp_path / "s", me)))
+    assert app.conf.task_serializer == "auth" and app.conf.accept_content == ["auth"]
+    assert app.control.mailbox.serializer == "auth"  # enable_events, revoke …: signed like any task

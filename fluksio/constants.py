@@ -45,3 +45,6 @@ PROVISION_SLOT_KEY = KEY_PREFIX + "provision:slot:"
 PROVISION_LIVE_KEY = KEY_PREFIX + "provision:live"
 #: STRING: a profile's most recently ended machine request: ``PROVISION_LAST_KEY + profile``.
 PROVISION_LAST_KEY = KEY_PREFIX + "provision:last:"
+#: STRING per signing process (``SIGNER_KEY + "nodes@box1"``): JSON of the certificate it signs with and those
+#: it trusts, refreshed while it runs and expiring after it: how a worker learns at start who would refuse it.
+SIGNER_KEY = KEY_PREFIX + "signer:"

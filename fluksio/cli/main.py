@@ -424,6 +424,7 @@ from fluksio.cli.beat import beat  # noqa: E402
 from fluksio.cli.flower import flower  # noqa: E402
 from fluksio.cli.plot import plot  # noqa: E402
 from fluksio.cli.schedule import schedule  # noqa: E402
+from fluksio.cli.security import security  # noqa: E402
 from fluksio.cli.ui import ui  # noqa: E402
 from fluksio.cli.watch import watch  # noqa: E402
 
@@ -434,6 +435,7 @@ cli.add_command(schedule)
 cli.add_command(beat)
 cli.add_command(alerts)
 cli.add_command(ui)
+cli.add_command(security)
 
 
 def main() -> None:

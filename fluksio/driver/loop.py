@@ -196,7 +196,10 @@ class Driver:
                 self.children.ended(message.run_id)
                 self._say_how_children_go()
             elif isinstance(message, Cancel):
-                self._cancel()
+                if run_rows.cancel_requested(s.rt.db, s.run_id):
+                    self._cancel()
+                else:  # the row is the truth: a cancel message it does not hold was sent again, or forged
+                    log.warning("run %s: ignoring a cancel message its row does not ask for", s.run_id)
             if s.end is End.LOST:
                 self._hand_back(messages[index:])
                 return

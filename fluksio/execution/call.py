@@ -21,14 +21,18 @@ from fluksio.execution import interrupt
 from fluksio.execution.capture import capture_output
 from fluksio.execution.isolated import run_in_child
 from fluksio.execution.ran import Ran
+from fluksio.execution.secrets import carried, hidden, redact, secret_inputs
+from fluksio.execution.secrets import resolve as resolve_secret
 from fluksio.execution.values import decode, encode
 from fluksio.flows.flow import Flow
 from fluksio.flows.node import NodeSpec
+from fluksio.flows.secret import NAME as SECRET_NAME
 from fluksio.flows.source import short
 from fluksio.messages import Completion, MadeArtifact, NodeCall
 from fluksio.runs.metrics import MetricSink
 from fluksio.runs.runtime import Runtime
 from fluksio.store.metrics import delete_metrics
+from fluksio.store.runs import call_refusal
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,13 @@ def execute_call(runtime: Runtime, wire: Any) -> None:
         log.error("%s", exc)
         return
     grant = call.grant
+    if runtime.settings.signing:
+        refusal = replay_refusal(runtime, call)
+        if refusal is not None:
+            # Signed by someone trusted, but not for now or not for here: a copy sent again. Its grant and its
+            # run belong to the call it copies (or to nobody): nothing is given back, nothing is reported.
+            log.error("refusing call %s: %s", call.call_id, refusal)
+            return
     started = datetime.now(timezone.utc).isoformat()
     # First make sure this delivery is the one that may run the call: a copy that may not (see
     # Books.start) must not give back a grant, nor report an error, for the copy that does.
@@ -65,7 +76,7 @@ def execute_call(runtime: Runtime, wire: Any) -> None:
         if grant.gpus:
             ran = run_in_child(call, grant.gpus, node.timeout_s)
         else:
-            ran = run_node_here(runtime, node, call)
+            ran = run_node_here(runtime, node, call, secrets=secret_inputs(flow))
         _settle(runtime, call, started, status="ok", outputs=ran.outputs, artifacts=ran.artifacts, logs=ran.logs)
     except NodeFailed as exc:
         _settle(runtime, call, started, status="error", error=str(exc), logs=exc.logs)
@@ -77,6 +88,20 @@ def execute_call(runtime: Runtime, wire: Any) -> None:
         log.exception("node call %s failed inside fluksio", call.call_id)
         _settle(runtime, call, started, status="error",
                 error=f"fluksio failed to run the node: {type(exc).__name__}: {exc}")
+
+
+def replay_refusal(runtime: Runtime, call: NodeCall) -> str | None:
+    """Why a signed call must not run here now, or ``None``: it was granted to this machine, its run is
+    running in the drive that sent it, and its attempt has not ended.
+
+    Celery checked the signature; this checks what a signature cannot: that the message is not an old one
+    sent again (whoever can write to the broker can read its messages, and forge a grant in the placer's
+    books to match). The run store is the truth, and the broker cannot write to it.
+    """
+    if call.grant.machine != runtime.machine:
+        return f"it was granted to machine {call.grant.machine}, and this is {runtime.machine}"
+    return call_refusal(runtime.db, call.run_id, call.epoch, call.node, -1 if call.index is None else call.index,
+                        call.attempt)
 
 
 def _flow_for(runtime: Runtime, call: NodeCall) -> tuple[Flow | None, str]:
@@ -130,12 +155,38 @@ def _storable(text: str | None) -> str | None:
     return text.replace("\x00", "\\0") if text is not None else None
 
 
-def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout: bool = True) -> Ran:
-    """Run the node in this process; returns its encoded outputs, the artifacts it made, and its logs."""
+def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout: bool = True,
+                  secrets: frozenset[str] = frozenset()) -> Ran:
+    """Run the node in this process; returns its encoded outputs, the artifacts it made, and its logs.
+
+    ``secrets``: the messages that are the flow's ``Secret`` inputs (their value in the call is a name, which
+    is resolved here; what the node logs and returns is kept free of the values: fluksio/execution/secrets.py).
+    """
     store = runtime.artifacts
     # By name: a message that was skipped upstream is left out, and its parameter takes its default.
     kwargs = {param: decode(call.inputs[m], store) for param, m in zip(node.params or node.requires, node.requires)
-              if m in call.inputs}
+              if m in call.inputs and m not in secrets}
+    held = _secret_arguments(runtime, node, call, secrets)
+    kwargs.update(held)
+    with hidden(s.value for s in held.values()) as values:
+        return _run(runtime, node, call, kwargs, use_timeout, values)
+
+
+def _secret_arguments(runtime: Runtime, node: NodeSpec, call: NodeCall, secrets: frozenset[str]) -> dict[str, Any]:
+    """The node's ``Secret`` arguments, by parameter, resolved on this worker (:class:`NodeFailed` if it lacks one)."""
+    found: dict[str, Any] = {}
+    for param, message in zip(node.params or node.requires, node.requires):
+        if message in secrets and message in call.inputs:
+            name = call.inputs[message]
+            if not isinstance(name, str) or not SECRET_NAME.match(name):
+                raise NodeFailed(f"input {message!r} of node {node.name!r} is a Secret, and the call names none")
+            found[param] = resolve_secret(name, runtime.settings, runtime.machine, node.name)
+    return found
+
+
+def _run(runtime: Runtime, node: NodeSpec, call: NodeCall, kwargs: dict[str, Any], use_timeout: bool,
+         secrets: frozenset[str]) -> Ran:
+    store = runtime.artifacts
     sink = MetricSink(runtime.db, call.run_id)
     # An element's numbers are series of their own: `loss[3]` for element 3, so k folds give k curves.
     series = {name: name if call.index is None else f"{name}[{call.index}]" for name in node.streams}
@@ -159,7 +210,7 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout:
     outcome: dict[str, Any] = {}
 
     def target() -> None:
-        with capture_output(limit) as captured:
+        with capture_output(limit, hide=secrets) as captured:
             interrupt.running(call.call_id)
             try:
                 outcome["value"] = node.fn(**kwargs)
@@ -185,13 +236,16 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout:
     try:
         sink.flush()
         if "error" in outcome:
-            raise NodeFailed(_describe(outcome["error"]))
+            raise NodeFailed(redact(_describe(outcome["error"]), secrets) or "failed")
         outputs = _shape_outputs(node, outcome.get("value"))
         made: list[Artifact] = []
         encoded = {m: encode(v, store, made, f"message {m!r} of node {node.name!r}") for m, v in outputs.items()}
         for message in node.streams:
             encoded[message] = encode(streamed.get(message), store, made,
                                       f"streamed message {message!r} of node {node.name!r}")
+        if secrets and carried(encoded, secrets):
+            raise NodeFailed(f"node {node.name!r} put the value of a secret into its outputs, which would store it in "
+                             "the run's rows: a secret's value stays inside the node that received it")
     except NodeFailed as failure:
         failure.logs = logs
         raise

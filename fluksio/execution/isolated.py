@@ -65,6 +65,7 @@ def _text(value: str | bytes | None) -> str:
 
 def main() -> None:
     from fluksio.execution.call import run_node_here
+    from fluksio.execution.secrets import secret_inputs
     from fluksio.flows.source import short
     from fluksio.runs.runtime import Runtime
     from fluksio.settings import load_settings
@@ -89,7 +90,8 @@ def main() -> None:
                              f"({short(here)} on disk there now, {short(claimed)} in the run's driver): its "
                              f"files changed since `fluksio worker` started on {machine}; restart it (or the "
                              "drivers) so that both load the same code")
-        done = report("ok", run_node_here(runtime, flow.nodes[call.node], call, use_timeout=False))
+        done = report("ok", run_node_here(runtime, flow.nodes[call.node], call, use_timeout=False,
+                                          secrets=secret_inputs(flow)))
     except NodeFailed as exc:
         done = report("error", error=str(exc), logs=exc.logs)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the node with it

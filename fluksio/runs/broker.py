@@ -31,7 +31,8 @@ from redis.retry import Retry
 from fluksio.errors import BrokerUnavailable, ConfigError
 from fluksio.failures import broker_message, classify, reason
 from fluksio.outage import Notices
-from fluksio.settings import Settings, redact_url
+from fluksio.runs.tls import tls_config_error, tls_failure
+from fluksio.settings import Settings, redact_url, verified_redis_url
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,9 @@ class OutageRetry(Retry):
             state.since = None
 
         def retryable(error: Exception) -> bool:
-            return not isinstance(error, AuthenticationError) and (is_retryable is None or is_retryable(error))
+            # Never a refused login, nor a TLS failure no retry mends (a certificate that does not verify).
+            return (not isinstance(error, AuthenticationError) and tls_failure(error) is None
+                    and (is_retryable is None or is_retryable(error)))
 
         def failed(error: Exception, *count: int) -> None:
             fail(error, *count)
@@ -102,7 +105,8 @@ def broker_client(settings: Settings) -> redis.Redis:
     ``broker_outage_s`` seconds (saying so on the ``fluksio.outage`` logger), never through a refused login."""
     retry = OutageRetry(settings.broker_outage_s, Notices(f"broker {redact_url(settings.broker_url)}"))
     return redis.Redis.from_url(
-        settings.broker_url, socket_keepalive=True, socket_connect_timeout=5, health_check_interval=30,
+        verified_redis_url(settings.broker_url), socket_keepalive=True, socket_connect_timeout=5,
+        health_check_interval=30,
         retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError],
     )
 
@@ -110,7 +114,7 @@ def broker_client(settings: Settings) -> redis.Redis:
 def check_broker(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     """Return if the broker answers now; else raise :class:`BrokerUnavailable` saying why, within about
     ``timeout_s`` seconds (twice that at most: once to connect, once for the answer)."""
-    url = settings.broker_url
+    url = verified_redis_url(settings.broker_url)
     try:
         probe = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s,
                                      retry=Retry(NoBackoff(), 0))
@@ -121,6 +125,9 @@ def check_broker(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> None
         probe.ping()
         _check_version(probe, url)
     except redis.RedisError as exc:
+        refused = tls_config_error(url, exc)  # a certificate that does not verify: configuration, not an outage
+        if refused is not None:
+            raise refused from None
         raise BrokerUnavailable(broker_message(url, exc, timeout_s), transient=classify(exc).transient) from None
     finally:
         probe.close()

@@ -19,6 +19,7 @@ from fluksio.runs import family
 from fluksio.runs.contact import open_run_store
 from fluksio.runs.events import Events, MemoryEvents, RedisEvents
 from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
+from fluksio.runs.signing import load_signer
 from fluksio.schemas import Inventory, RunStatus
 from fluksio.settings import Settings
 from fluksio.store import runs as run_rows
@@ -101,7 +102,7 @@ class Runtime:
         provisioner = _provisioner(settings, client)
         placer = Placer(books, provisioner_shapes=provisioner.shapes() if provisioner else ())
         return cls(settings=settings, db=open_run_store(settings), artifacts=artifacts,
-                   registry=_registry(settings), placer=placer, inbox=RedisInbox(client),
+                   registry=_registry(settings), placer=placer, inbox=RedisInbox(client, load_signer(settings)),
                    events=RedisEvents(client),
                    machine=machine or settings.machine_name or socket.gethostname(), redis=client,
                    provisioner=provisioner)

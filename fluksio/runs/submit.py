@@ -20,6 +20,7 @@ from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import RunRejected
 from fluksio.flows.flow import Flow
 from fluksio.flows.registry import FlowRegistry
+from fluksio.flows.secret import Secret, secret_name
 from fluksio.runs.cache_key import canonical
 from fluksio.runs.references import is_reference
 from fluksio.runs.references import resolve as resolve_reference
@@ -58,6 +59,14 @@ def validate_params(flow: Flow, params: Any, seed: int | None,
         values[SEED_INPUT] = seed
     checked: dict[str, Any] = {}
     for name, spec in flow.inputs.items():
+        if spec.type is Secret:
+            # Only its name is journaled; the worker that runs the node resolves it (fluksio/execution/secrets.py).
+            if name not in values and spec.required:
+                raise RunRejected(f"flow {flow.name!r} needs input {name!r} (Secret); give the secret's name as "
+                                  f"the parameter (like {name}=HF_TOKEN), and its value to the workers as "
+                                  "FLUKSIO_SECRET_HF_TOKEN or a file in their FLUKSIO_SECRETS_DIR")
+            checked[name] = _secret_name(flow, name, values[name] if name in values else spec.default)
+            continue
         if name not in values:
             if spec.required:
                 hint = " (or pass seed=)" if name == SEED_INPUT else ""
@@ -98,6 +107,13 @@ def validate_params(flow: Flow, params: Any, seed: int | None,
             raise RunRejected(f"input {name!r}: {value!r} cannot be stored as JSON (NaN and infinities "
                               "cannot either)") from None
     return checked
+
+
+def _secret_name(flow: Flow, name: str, given: Any) -> str:
+    try:
+        return secret_name(given, f"input {name!r} of flow {flow.name!r}")
+    except ValueError as exc:
+        raise RunRejected(str(exc)) from None
 
 
 def check_priority(priority: Any) -> int:

@@ -29,6 +29,7 @@ from fluksio.triggers.alerts import attach_alerts, load_alert_rules
 from fluksio.worker.app import create_app, start_sweeper
 from fluksio.worker.heartbeat import Heartbeat
 from fluksio.worker.idle import IdleExit, celery_busy, grants_held
+from fluksio.worker.signing import introduce
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
     books = runtime.placer.books
     assert isinstance(books, RedisBooks)
     app = create_app(settings, runtime)
+    introduction = introduce(runtime, f"nodes@{inventory.name}")
     _fresh_connections_after_fork(runtime)
     if with_drivers:
         load_alert_rules(settings)  # a bad rules file stops this command, not just its drivers' process
@@ -85,6 +87,7 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
         if idle is not None:
             idle.stop()
         heartbeat.stop()
+        introduction.withdraw()
         try:
             books.detach(inventory.name)
         except Exception:
@@ -110,6 +113,7 @@ def run_driver_worker(settings: Settings, name: str, loglevel: str, with_beat: b
     wait_for_broker(settings)
     attach_alerts(runtime)  # drivers end runs, and their sweeper abandons runs: both tell the alerts
     app = create_app(settings, runtime)
+    introduction = introduce(runtime, f"drivers@{name}")
     sweeper = start_sweeper(app, runtime)
     poller = start_poller(runtime)
     beat = spawn_beat_process(loglevel) if with_beat else None
@@ -127,6 +131,7 @@ def run_driver_worker(settings: Settings, name: str, loglevel: str, with_beat: b
         worker.start()
         code = worker.exitcode
     finally:
+        introduction.withdraw()
         sweeper.stop()
         if beat is not None:
             _stop_child(beat)

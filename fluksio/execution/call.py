@@ -21,7 +21,7 @@ from fluksio.execution import interrupt
 from fluksio.execution.capture import capture_output
 from fluksio.execution.isolated import run_in_child
 from fluksio.execution.ran import Ran
-from fluksio.execution.values import decode, encode
+from fluksio.execution.values import encode, receive
 from fluksio.flows.flow import Flow
 from fluksio.flows.node import NodeSpec
 from fluksio.flows.source import short
@@ -132,8 +132,8 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout:
     """Run the node in this process; returns its encoded outputs, the artifacts it made, and its logs."""
     store = runtime.artifacts
     # By name: a message that was skipped upstream is left out, and its parameter takes its default.
-    kwargs = {param: decode(call.inputs[m], store) for param, m in zip(node.params or node.requires, node.requires)
-              if m in call.inputs}
+    kwargs = {param: receive(node, param, m, call.inputs[m], store)
+              for param, m in zip(node.params or node.requires, node.requires) if m in call.inputs}
     sink = MetricSink(runtime.db, call.run_id)
     # An element's numbers are series of their own: `loss[3]` for element 3, so k folds give k curves.
     series = {name: name if call.index is None else f"{name}[{call.index}]" for name in node.streams}
@@ -186,10 +186,10 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout:
             raise NodeFailed(_describe(outcome["error"]))
         outputs = _shape_outputs(node, outcome.get("value"))
         made: list[Artifact] = []
-        encoded = {m: encode(v, store, made, f"message {m!r} of node {node.name!r}") for m, v in outputs.items()}
+        encoded = {m: encode(v, store, made, f"message {m!r} of node {node.name!r}", m) for m, v in outputs.items()}
         for message in node.streams:
             encoded[message] = encode(streamed.get(message), store, made,
-                                      f"streamed message {message!r} of node {node.name!r}")
+                                      f"streamed message {message!r} of node {node.name!r}", message)
     except NodeFailed as failure:
         failure.logs = logs
         raise

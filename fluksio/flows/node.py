@@ -9,10 +9,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
+from fluksio.artifacts.artifact import Artifact
 from fluksio.constants import MAX_NAME_LENGTH
 from fluksio.errors import FlowError
+from fluksio.flows.annotations import adapter_for, parameter_types
 from fluksio.schemas import DevicePolicy, Resources
 
 #: The parameter through which a node emits streaming values; never a message.
@@ -59,6 +61,10 @@ class NodeSpec:
     unless: str | None = None
     #: Most elements of a mapped node that run at once (``None``: as many as the machines grant).
     max_parallel: int | None = None
+    #: Each annotated parameter's type (a mapped parameter's describes one element), read at declaration.
+    types: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: The validator of each annotated parameter but those annotated ``Artifact`` (see ``takes_artifact``).
+    adapters: Mapping[str, TypeAdapter[Any]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def messages(self) -> tuple[str, ...]:
@@ -79,6 +85,10 @@ class NodeSpec:
     def needs(self) -> tuple[str, ...]:
         """Every message that must exist (or be skipped) before the node is decided: its inputs and conditions."""
         return self.requires + tuple(m for m in self.conditions if m not in self.requires)
+
+    def takes_artifact(self, param: str) -> bool:
+        """A parameter annotated ``Artifact`` receives the stored file itself, even of a codec's value."""
+        return self.types.get(param) is Artifact
 
     def param_of(self, message: str) -> str:
         """The parameter a required message is bound to."""
@@ -119,7 +129,9 @@ def make_node(
     max_parallel: int | None = None,
     when: str | None = None,
     unless: str | None = None,
+    scope: Mapping[str, Any] | None = None,
 ) -> NodeSpec:
+    """The node ``fn`` declares; ``scope``: the names visible where it was declared (for its annotations)."""
     if not callable(fn):
         raise FlowError(f"@{flow_name}.node must decorate a function, got {type(fn).__name__}")
     node_name = check_identifier("node name", name or getattr(fn, "__name__", None), f"flow {flow_name!r}")
@@ -195,13 +207,17 @@ def make_node(
                                   or timeout_s <= 0):
         raise FlowError(f"{where}: timeout_s must be a positive number of seconds, got {timeout_s!r}")
 
+    types = parameter_types(fn, bound, where, scope)
+    adapters = {param: adapter_for(annotation, f"{where}, parameter {param!r}")
+                for param, annotation in types.items() if annotation is not Artifact}
+
     return NodeSpec(
         name=node_name, fn=fn, requires=required, provides=provided, streams=stream_names, device=device,
         device_policy=policy, resources=res, retries=retries, timeout_s=float(timeout_s) if timeout_s else None,
         cache=bool(cache), takes_emit=takes_emit, params=bound,
         optional=frozenset(m for p, m in zip(bound, required) if p in optional and p not in mapping),
         map=tuple((param, mapping[param]) for param in mapping), when=dict(conditions).get("when"),
-        unless=dict(conditions).get("unless"), max_parallel=max_parallel,
+        unless=dict(conditions).get("unless"), max_parallel=max_parallel, types=types, adapters=adapters,
     )
 
 

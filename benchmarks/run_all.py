@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, dict[str, list[str]]] = {
     "emissions": {"default": [], "full": []},
     "submit": {"default": [], "full": []},
     "graph_scale": {"default": [], "full": ["--end-to-end"]},
+    "values": {"default": [], "full": []},
     "peers": {"default": ["--prefect-chain", "40", "--prefect-fanout", "200"], "full": []},
 }
 #: Longest one benchmark process may run, in seconds, by mode.

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+import threading
 from typing import BinaryIO
+
+#: A piece at least this large is hashed on a helper thread while it is written: both release the GIL,
+#: so a large value costs about the longer of the two rather than their sum, in bytes.
+OVERLAP_BYTES = 1 << 20
 
 
 class HashingWriter(io.RawIOBase):
@@ -26,8 +31,16 @@ class HashingWriter(io.RawIOBase):
 
     def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
         view = memoryview(data).cast("B")
-        self._hasher.update(view)
-        self._target.write(view)
+        if len(view) >= OVERLAP_BYTES:
+            hashing = threading.Thread(target=self._hasher.update, args=(view,), name="fluksio-hash", daemon=True)
+            hashing.start()
+            try:
+                self._target.write(view)
+            finally:
+                hashing.join()  # before the caller may reuse the buffer, and before the next piece
+        else:
+            self._hasher.update(view)
+            self._target.write(view)
         self.size += len(view)
         return len(view)
 

@@ -24,7 +24,8 @@ from fluksio.codecs.registry import ENTRY_POINT_GROUP, REGISTRY, Codec, CodecReg
 from fluksio.codecs.stored import codec_of, codec_ref, load_value, store_value
 
 __all__ = ["DATA_EXTRA", "ENTRY_POINT_GROUP", "REGISTRY", "Codec", "CodecRegistry", "codec_for", "codec_named",
-           "codec_of", "codec_ref", "load_value", "register", "register_codec", "store_value"]
+           "codec_of", "codec_ref", "from_bytes_functions", "load_value", "register", "register_codec",
+           "store_value"]
 
 for _codec in BUILTIN_CODECS:
     REGISTRY.add(_codec)

@@ -183,21 +183,20 @@ class CodecRegistry:
             self._by_type.setdefault(resolved, codec)
 
     def _load_entry_points(self) -> bool:
-        """Register the codecs installed packages declare, once; whether this call loaded any."""
+        """Register the codecs installed packages declare, once; whether this call did (and found any)."""
         with self._lock:
             if self._entry_points_loaded:
                 return False
             self._entry_points_loaded = True
-        loaded = False
-        for point in entry_points(group=ENTRY_POINT_GROUP):
+        points = list(entry_points(group=ENTRY_POINT_GROUP))
+        for point in points:
             try:
-                for codec in _codecs_of(point.load()):
+                for codec in _codecs_of(point.load()):  # a function may also have registered codecs itself
                     self.add(codec)
-                    loaded = True
             except Exception as exc:  # one broken package must not stop every value of every other type
                 log.warning("entry point %s = %s of group %r could not be loaded: %s: %s", point.name,
                             point.value, ENTRY_POINT_GROUP, type(exc).__name__, exc)
-        return loaded
+        return bool(points)
 
     def names(self) -> list[str]:
         self._load_entry_points()

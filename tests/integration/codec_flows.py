@@ -195,3 +195,18 @@ def fill(megabytes: int) -> np.ndarray:
 @big.node(provides="mean")
 def mean(values: np.ndarray) -> float:
     return float(values.mean())
+
+
+on_gpu = Flow("codec_on_gpu", outputs=["seen"])
+
+
+@on_gpu.node(provides=["weights", "devices"], device="gpu", resources={"cpus": 1, "gpus": 1})
+def train_on_gpu() -> dict[str, Any]:
+    """Runs in the child process a GPU call gets (CUDA_VISIBLE_DEVICES set to its grant)."""
+    return {"weights": np.arange(12, dtype=np.float32).reshape(3, 4), "devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+@on_gpu.node(provides="seen", device="alpha", device_policy="prefer")
+def inspect_weights(weights: np.ndarray, devices: str) -> dict[str, Any]:
+    return {"type": type(weights).__name__, "dtype": str(weights.dtype), "shape": list(weights.shape),
+            "sum": float(weights.sum()), "devices": devices}

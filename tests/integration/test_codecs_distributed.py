@@ -58,7 +58,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     setup = CodecCluster(workdir, server)
     try:
         setup.start_worker("alpha", "--labels", "alpha", "--cpus", "1", "--gpus", "none", "--drivers")
-        setup.start_worker("beta", "--labels", "beta", "--cpus", "1", "--gpus", "none")
+        # beta also offers a GPU id (none need exist): a call granted it runs in a child process of its own.
+        setup.start_worker("beta", "--labels", "beta,gpu", "--cpus", "1", "--gpus", "0")
         setup.wait_attached("alpha", "beta")
         yield setup
     finally:
@@ -140,3 +141,13 @@ def test_a_mapped_node_on_the_other_worker_gets_one_dataframe_per_call(client: C
                                       for i in range(3)]
     assert {n.machine for n in record.nodes if n.node == "size"} == {"beta"}
     assert [len(p) for p in client.output(record.id, "parts")] == [1, 2, 3]
+
+
+def test_a_value_made_in_the_child_process_of_a_gpu_call_reaches_the_next_node(client: Client) -> None:
+    record = client.submit(flows.on_gpu).wait(timeout=120)
+    assert record.status is RunStatus.OK, (record.status_reason, [n.error for n in record.nodes])
+    made = node_of(record, "train_on_gpu")
+    assert made.machine == "beta" and made.gpus == [0]
+    assert record.result["seen"] == {"type": "ndarray", "dtype": "float32", "shape": [3, 4], "sum": 66.0,
+                                     "devices": "0"}
+    assert node_of(record, "inspect_weights").machine == "alpha"

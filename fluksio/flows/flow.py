@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 from fluksio.constants import MAX_NAME_LENGTH
 from fluksio.errors import FlowError
 from fluksio.flows.annotations import adapter_for
-from fluksio.flows.node import NodeSpec, check_identifier, make_node, refuse_unknown_options
+from fluksio.flows.node import NodeSpec, check_identifier, make_node, refuse_unknown_options, with_input_types
 from fluksio.flows.source import snapshot
 from fluksio.flows.validation import topological_order, validate_graph
 from fluksio.schemas import Resources
@@ -130,6 +130,8 @@ class Flow:
                 timeout_s=timeout_s, cache=cache, mapped=map, max_parallel=max_parallel, when=when, unless=unless,
                 scope=scope,
             )
+            spec = with_input_types(spec, {n: i.type for n, i in self.inputs.items()},
+                                    f"node {spec.name!r} of flow {self.name!r}")
             if spec.name in self.nodes:
                 raise FlowError(f"flow {self.name!r} already has a node named {spec.name!r}; pass name= to rename")
             self.nodes[spec.name] = spec

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import keyword
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -219,6 +221,30 @@ def make_node(
         map=tuple((param, mapping[param]) for param in mapping), when=dict(conditions).get("when"),
         unless=dict(conditions).get("unless"), max_parallel=max_parallel, types=types, adapters=adapters,
     )
+
+
+def with_input_types(spec: NodeSpec, input_types: Mapping[str, Any], where: str) -> NodeSpec:
+    """``spec`` whose unannotated parameters bound to a flow input receive it as the input's declared type
+    (a mapped one: the type of the declared list's elements). The flow's declaration is the annotation."""
+    types, adapters = dict(spec.types), dict(spec.adapters)
+    mapped = dict(spec.map)
+    for param, message in zip(spec.params, spec.requires):
+        if param in types or message not in input_types:
+            continue
+        declared = input_types[message]
+        if param in mapped:  # the element of a list[X] (or tuple[X, ...]) input is an X
+            arguments = typing.get_args(declared)
+            if typing.get_origin(declared) not in (list, tuple) or not arguments:
+                continue
+            declared = arguments[0]
+        if declared in (Any, object):
+            continue
+        types[param] = declared
+        if declared is not Artifact:
+            adapters[param] = adapter_for(declared, f"{where}, parameter {param!r}")
+    if len(types) == len(spec.types):
+        return spec
+    return dataclasses.replace(spec, types=types, adapters=adapters)
 
 
 def _mapping(mapped: Mapping[str, str] | None, params: tuple[str, ...], where: str) -> dict[str, str]:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fluksio import Client, RunRecord, RunRejected, RunStatus
+from fluksio import Client, Flow, RunRecord, RunRejected, RunStatus
 from fluksio.errors import OutputNotFound
 from fluksio.store.nodes import artifacts_of
 from fluksio.store.runs import node_rows
@@ -185,3 +186,17 @@ def test_fluksio_show_names_the_codec_size_and_digest_and_artifact_get_writes_th
                          capture_output=True, text=True, timeout=120)
     assert got.returncode == 0, got.stderr
     np.testing.assert_array_equal(np.load(target, allow_pickle=False), flows.expected_values(5)["arr"])
+
+
+def test_a_flow_input_declared_as_a_model_arrives_as_that_model_even_unannotated(client: Client) -> None:
+    flow = Flow("codec_model_input", inputs={"cfg": flows.Cfg, "day": date})
+
+    @flow.node(provides="out")
+    def use(cfg, day):  # no annotations: the flow's declaration decides
+        return [type(cfg).__name__, type(cfg.day).__name__, type(day).__name__, (day - cfg.day).days]
+
+    record = client.submit(flow, {"cfg": flows.Cfg(lr=0.1, day=date(2026, 1, 2)), "day": date(2026, 1, 5)}).wait(
+        timeout=60)
+    assert record.status is RunStatus.OK, [n.error for n in record.nodes]
+    assert record.result == {"out": ["Cfg", "date", "date", 3]}
+    assert record.params == {"cfg": {"lr": 0.1, "day": "2026-01-02"}, "day": "2026-01-05"}  # JSON in the row

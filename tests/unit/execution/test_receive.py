@@ -174,3 +174,28 @@ def test_a_class_defined_where_the_node_is_declared_is_resolved():
         return item.n
 
     assert flow.nodes["use"].types == {"item": Local}
+
+
+def test_an_unannotated_parameter_bound_to_a_flow_input_receives_the_inputs_declared_type(store):
+    flow = Flow("declared", inputs={"cfg": Cfg, "days": list[date], "n": int})
+
+    @flow.node(provides="y")
+    def plain(cfg, n):  # no annotations: the flow's declaration is theirs
+        return n
+
+    @flow.node(provides="z", map={"day": "days"})
+    def each(day):
+        return day
+
+    @flow.node(provides="w")
+    def own(cfg: dict):  # an annotation of its own wins
+        return cfg
+
+    assert flow.nodes["plain"].types == {"cfg": Cfg, "n": int}
+    assert flow.nodes["each"].types == {"day": date}  # one element of the list
+    assert flow.nodes["own"].types == {"cfg": dict}
+    wire = {"lr": 0.5, "day": "2026-02-03"}  # what submit stored for a Cfg
+    assert receive(flow.nodes["plain"], "cfg", "cfg", wire, store) == Cfg(lr=0.5, day=date(2026, 2, 3))
+    assert receive(flow.nodes["each"], "day", "days", "2026-02-03", store) == date(2026, 2, 3)
+    assert receive(flow.nodes["own"], "cfg", "cfg", wire, store) == wire
+

@@ -150,24 +150,29 @@ class CodecRegistry:
             return self._answers[type_]
         except KeyError:
             pass
-        found = self._search(type_)
+        found, settled = self._search(type_)
         if found is None and self._load_entry_points():
-            found = self._search(type_)
-        with self._lock:
-            self._answers[type_] = found
+            found, settled = self._search(type_)
+        if settled:
+            with self._lock:
+                self._answers[type_] = found
         return found
 
-    def _search(self, type_: type) -> Codec | None:
+    def _search(self, type_: type) -> tuple[Codec | None, bool]:
+        """The codec for ``type_``, and whether the answer is final (no codec's type is still to be found in a
+        package that has been imported)."""
         with self._lock:
-            self._resolve_imported()
+            settled = self._resolve_imported()
             for base in type_.__mro__:
                 codec = self._by_type.get(base)
                 if codec is not None:
-                    return codec
-        return None
+                    return codec, True
+        return None, settled
 
-    def _resolve_imported(self) -> None:
-        """Turn ``"package:attr"`` types into classes, for packages imported by now (never importing one)."""
+    def _resolve_imported(self) -> bool:
+        """Turn ``"package:attr"`` types into classes, for packages imported by now (never importing one);
+        whether every such package's type was found."""
+        settled = True
         for name, codec in list(self._unresolved.items()):
             assert isinstance(codec.type, str)
             module_name, _, attr = codec.type.partition(":")
@@ -176,11 +181,13 @@ class CodecRegistry:
             try:
                 resolved = getattr(import_module(module_name), attr)
             except (ImportError, AttributeError) as exc:
-                log.warning("codec %r: cannot find its type %s: %s", name, codec.type, exc)
-                del self._unresolved[name]
+                # Perhaps the package is half-way through being imported by another thread: ask again later.
+                log.debug("codec %r: its type %s is not there yet: %s", name, codec.type, exc)
+                settled = False
                 continue
             del self._unresolved[name]
             self._by_type.setdefault(resolved, codec)
+        return settled
 
     def _load_entry_points(self) -> bool:
         """Register the codecs installed packages declare, once; whether this call did (and found any)."""

@@ -166,7 +166,7 @@ def describe(frame: pd.DataFrame) -> dict[str, Any]:
     return {"rows": len(frame), "first": frame["label"].iloc[0]}
 
 
-shards = Flow("codec_shards", inputs={"count": int}, outputs=["sizes", "total"])
+shards = Flow("codec_shards", inputs={"count": int}, outputs=["sizes", "total", "joined"])
 
 
 @shards.node(provides="parts", device="alpha", device_policy="prefer")
@@ -182,6 +182,17 @@ def size(part: pd.DataFrame) -> dict[str, Any]:
 @shards.node(provides="total")
 def add_up(sizes: list[dict[str, Any]]) -> int:
     return sum(s["sum"] for s in sizes)
+
+
+@shards.node(provides="scaled", map={"part": "parts"})
+def scale(part: pd.DataFrame) -> pd.DataFrame:
+    return part * 2  # each element returns a frame: the node's message is the list of them
+
+
+@shards.node(provides="joined")
+def join(scaled: list[pd.DataFrame]) -> dict[str, Any]:
+    joined = pd.concat(scaled, ignore_index=True)
+    return {"rows": len(joined), "sum": int(joined["x"].sum()), "types": sorted({type(f).__name__ for f in scaled})}
 
 
 big = Flow("codec_big", inputs={"megabytes": int}, outputs=["mean"])

@@ -134,6 +134,8 @@ def test_a_mapped_node_maps_over_a_list_of_dataframes_one_call_per_frame(client:
     assert record.result["sizes"] == [{"rows": i + 1, "sum": 10 * i * (i + 1) // 2, "type": "DataFrame"}
                                       for i in range(4)]
     assert record.result["total"] == sum(10 * i * (i + 1) // 2 for i in range(4))
+    # Elements that each return a frame make a list of frames for the node after them.
+    assert record.result["joined"] == {"rows": 10, "sum": 2 * record.result["total"], "types": ["DataFrame"]}
     parts = client.output(record.id, "parts")
     assert [len(p) for p in parts] == [1, 2, 3, 4] and all(type(p) is pd.DataFrame for p in parts)
     assert sorted(n.index for n in record.nodes if n.node == "size") == [0, 1, 2, 3]

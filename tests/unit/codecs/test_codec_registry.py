@@ -150,3 +150,24 @@ def test_a_user_codec_round_trips_through_a_store(tmp_path):
     back = load_value(ref, store, registry)
     assert isinstance(back, Point) and (back.x, back.y) == (3, 4)
     assert Path(store.path(artifact.digest)).read_bytes() == b"3,4"
+
+
+def test_a_type_named_in_a_package_still_being_imported_is_looked_for_again(registry, monkeypatch):
+    import types
+
+    package = types.ModuleType("halfpkg")
+    monkeypatch.setitem(sys.modules, "halfpkg", package)  # imported, but its class not defined yet
+
+    class Thing:
+        pass
+
+    codec = registry.add(Codec("thing", "halfpkg:Thing", lambda v, f: None, lambda p: None))
+    assert registry.for_type(Thing) is None  # not there yet, and that answer is not kept
+    package.Thing = Thing
+    assert registry.for_type(Thing) is codec
+
+
+def test_a_type_named_in_a_package_never_imported_is_not_imported_for_a_lookup(registry):
+    registry.add(Codec("ghost", "no_such_package_anywhere:Thing", lambda v, f: None, lambda p: None))
+    assert registry.for_type(Point) is None
+    assert "no_such_package_anywhere" not in sys.modules

@@ -45,6 +45,11 @@ def fanout(width: int) -> Flow:
     return flow
 
 
+#: One no-op call per element of ``items``: a map of any size is this flow with a longer list.
+mapped = Flow("bench_map", inputs={"items": list[int]}, outputs=["done"])
+mapped.node(hop, name="each", provides="done", map={"previous": "items"})
+
+
 one = Flow("bench_one", outputs=["x"])
 one.node(hop, name="only", provides="x", requires=[])
 

@@ -1,13 +1,15 @@
 """Chain and fan-out on Redis: fluksio against the raw-Celery equivalent, same broker, same workers.
 
-    .venv/bin/python benchmarks/celery_redis.py [--chain 200] [--fanout 1000] [--repeat 3] [--cpus 2]
+    .venv/bin/python benchmarks/celery_redis.py [--chain 200] [--fanout 1000] [--map 1000,10000] [--repeat 3]
 
 Starts a redis-server on a free 127.0.0.1 port, one ``fluksio worker --drivers`` with ``--cpus``
 node slots (Redis database 0) and one plain ``celery worker`` with the same prefork concurrency
 (database 1), then alternates:
 
 * chain: ``--chain`` dependent no-op nodes vs ``chain(noop.s() × N)`` — milliseconds per hop;
-* fan-out: ``--fanout`` independent no-op nodes vs ``group(noop.s() × N)`` — node calls per second.
+* fan-out: ``--fanout`` independent no-op nodes vs ``group(noop.s() × N)`` — node calls per second;
+* map: one mapped node over ``--map`` elements (each one no-op call) vs ``group(noop.s() × N)`` — calls
+  per second.
 
 fluksio's time runs from ``client.submit`` to the run's ``finished_at`` (written by the driver), so
 the client's backing-off wait loop is not counted; Celery's from ``apply_async`` to ``get()``
@@ -30,14 +32,14 @@ from benchmarks import harness  # noqa: E402
 from benchmarks.bench_flows import chain_name, fanout_name  # noqa: E402
 from benchmarks.harness import Figure  # noqa: E402
 
-#: The issue's targets, as ratios fluksio / raw Celery.
-CHAIN_TARGET, FANOUT_TARGET = 1.5, 0.7
+#: The issues' targets, as ratios fluksio / raw Celery.
+CHAIN_TARGET, FANOUT_TARGET, MAP_TARGET = 1.5, 0.7, 0.7
 
 
-def fluksio_run_s(client, flow: str, timeout: float) -> float:  # type: ignore[no-untyped-def]
+def fluksio_run_s(client, flow: str, timeout: float, params: dict | None = None) -> float:  # type: ignore[no-untyped-def]
     """Seconds from submit to the run's end, as the driver recorded it."""
     started = time.time()
-    record = client.submit(flow, {}, no_cache=True).wait(timeout=timeout)
+    record = client.submit(flow, params or {}, no_cache=True).wait(timeout=timeout)
     if record.status.value != "ok":
         raise RuntimeError(f"{flow} ended {record.status.value}: {record.status_reason}")
     return record.finished_at.timestamp() - started
@@ -80,7 +82,29 @@ def commands_per_hop(client, run, length: int) -> tuple[float, str]:  # type: ig
     return sum(delta.values()) / length, ", ".join(f"{name} {count / length:.1f}" for name, count in busiest)
 
 
-def measure(length: int, width: int, repeat: int, cpus: int, budget_s: float) -> list[Figure]:
+def map_figures(client, app, widths: list[int], repeat: int, deadline: float, cpus: int,  # type: ignore[no-untyped-def]
+                 timeout: float) -> list[Figure]:
+    """A mapped node over each of ``widths`` elements against a Celery group of as many no-op tasks."""
+    figures = []
+    for width in widths:
+        items = {"items": list(range(width))}
+        harness.progress(f"map of {width}, {repeat} repeat(s)")
+        samples = harness.interleaved({
+            "fluksio map": lambda: fluksio_run_s(client, "bench_map", timeout * 4, items),  # noqa: B023
+            "celery group": lambda: celery_group_s(app, width, timeout * 4),  # noqa: B023
+        }, repeat, deadline)
+        rate = {k: [width / s for s in v] for k, v in samples.items()}
+        if rate["fluksio map"] and rate["celery group"]:
+            figures.append(Figure(
+                "map (Redis)", f"one node mapped over {width:,} no-op elements", "calls/s",
+                harness.median(rate["fluksio map"]), harness.median(rate["celery group"]), "raw Celery group",
+                higher_is_better=True, target=MAP_TARGET, samples=rate["fluksio map"],
+                baseline_samples=rate["celery group"], note=f"{cpus} worker slots each"))
+    return figures
+
+
+def measure(length: int, width: int, repeat: int, cpus: int, budget_s: float,
+            map_widths: list[int] | None = None) -> list[Figure]:
     from fluksio import connect
 
     deadline = time.monotonic() + budget_s
@@ -110,6 +134,7 @@ def measure(length: int, width: int, repeat: int, cpus: int, budget_s: float) ->
                 "fluksio fanout": lambda: fluksio_run_s(client, fanout_name(width), timeout),
                 "celery fanout": lambda: celery_group_s(app, width, timeout),
             }, repeat, deadline)
+            mapped = map_figures(client, app, map_widths or [], repeat, deadline, cpus, timeout)
             # Celery's results unsubscribe when collected: let that happen while Redis still answers
             # (collected after it stopped, each one retries its reconnection for minutes).
             gc.collect()
@@ -126,6 +151,7 @@ def measure(length: int, width: int, repeat: int, cpus: int, budget_s: float) ->
                baseline_samples=rate["celery fanout"], note=f"{cpus} worker slots each"),
         Figure("chain (Redis)", "Redis commands per hop", "commands", ours_per_hop, theirs_per_hop,
                "raw Celery chain", note=f"fluksio: {ours_busiest}; Celery: {theirs_busiest} (one chain each)"),
+        *mapped,
     ]
 
 
@@ -133,13 +159,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chain", type=int, default=200, help="nodes in the chain (default 200)")
     parser.add_argument("--fanout", type=int, default=1000, help="nodes in the fan-out (default 1000)")
+    parser.add_argument("--map", default="1000,10000", help="elements of the mapped node, comma-separated "
+                                                              "(default 1000,10000; '' for none)")
     parser.add_argument("--cpus", type=int, default=2, help="node slots of each worker (default 2)")
     harness.add_common_arguments(parser)
     args = parser.parse_args()
     harness.isolate()
     if args.smoke:
-        args.chain, args.fanout, args.repeat = 20, 50, 1
-    harness.emit_figures(measure(args.chain, args.fanout, args.repeat, args.cpus, args.budget_s), args.json)
+        args.chain, args.fanout, args.repeat, args.map = 20, 50, 1, "50"
+    widths = [int(w) for w in args.map.split(",") if w.strip()]
+    harness.emit_figures(measure(args.chain, args.fanout, args.repeat, args.cpus, args.budget_s, widths), args.json)
 
 
 if __name__ == "__main__":

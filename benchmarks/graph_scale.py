@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/graph_scale.py [--sizes 2500,5000,10000] [--repeat 3] [--end-to-end]
 
-Two shapes: a wide fan-out (every node ready at once) and a long chain (one ready at a time).
+Three shapes: a wide fan-out (every node ready at once), a long chain (one ready at a time), and a
+mapped node over a list of that many elements (one node, every element ready at once).
 Each (shape, size) runs in a fresh child process, so memory figures do not mix:
 
 * driver: fluksio's real ``drive()`` — walk, placer, node rows in SQLite, events — with an
@@ -53,7 +54,7 @@ def _reset_peak() -> bool:
 
 
 def child(shape: str, size: int, end_to_end: bool) -> dict[str, Any]:
-    from benchmarks.bench_flows import chain, fanout
+    from benchmarks.bench_flows import chain, fanout, mapped
     from fluksio import Settings
     from fluksio.driver.drive import drive
     from fluksio.messages import Completion, InboxMessage, NodeCall
@@ -62,7 +63,8 @@ def child(shape: str, size: int, end_to_end: bool) -> dict[str, Any]:
 
     rss_start = _status_kb("VmRSS")
     started = time.perf_counter()
-    flow = (chain if shape == "chain" else fanout)(size)
+    flow = mapped if shape == "map" else (chain if shape == "chain" else fanout)(size)
+    params = {"items": list(range(size))} if shape == "map" else {}
     flow.validate()
     build_s = time.perf_counter() - started
     graph_mb = max(0, _status_kb("VmRSS") - rss_start) / 1024
@@ -74,13 +76,13 @@ def child(shape: str, size: int, end_to_end: bool) -> dict[str, Any]:
 
             with connect(settings) as client:
                 t0 = time.time()
-                record = client.submit(flow, {}, no_cache=True).wait(timeout=harness.RUN_TIMEOUT_S * 4)
+                record = client.submit(flow, params, no_cache=True).wait(timeout=harness.RUN_TIMEOUT_S * 4)
                 assert record.status.value == "ok", record.status_reason
                 return {"build_s": build_s, "drive_s": record.finished_at.timestamp() - t0}
         runtime = Runtime.embedded(settings)
         try:
             run, _ = submit_run(runtime.db, runtime.registry, runtime.artifacts, flow, engine="embedded",
-                                params={}, no_cache=True, embedded_machines=runtime.placer.machines())
+                                params=params, no_cache=True, embedded_machines=runtime.placer.machines())
 
             # An instant worker with the machine's slots: a call sent is done by the time the driver next
             # waits on its inbox; only then is its grant given back and its completion there. (Answering
@@ -98,7 +100,8 @@ def child(shape: str, size: int, end_to_end: bool) -> dict[str, Any]:
                 now = datetime.now(timezone.utc).isoformat()
                 node = flow.nodes[call.node]
                 runtime.inbox.push(call.run_id, Completion(
-                    call_id=call.call_id, node=call.node, attempt=call.attempt, status="ok", machine=grant.machine,
+                    call_id=call.call_id, node=call.node, index=call.index, attempt=call.attempt, status="ok",
+                    machine=grant.machine,
                     started_at=now, finished_at=now, outputs={m: 0 for m in node.provides}, logs="",
                 ))
 
@@ -132,13 +135,14 @@ def run_child(shape: str, size: int, end_to_end: bool) -> dict[str, Any]:
 def measure(sizes: list[int], repeat: int, end_to_end: bool, budget_s: float) -> list[Figure]:
     deadline = time.monotonic() + budget_s
     figures: list[Figure] = []
-    for shape, label in (("fanout", "wide fan-out"), ("chain", "long chain")):
+    for shape, label in (("fanout", "wide fan-out"), ("chain", "long chain"), ("map", "mapped node")):
         medians: dict[int, float] = {}
+        what = "elements" if shape == "map" else "nodes"
         for size in sizes:
             if time.monotonic() > deadline:
                 harness.progress(f"time budget spent: skipping {shape} of {size}")
                 break
-            harness.progress(f"driver, {label} of {size:,} nodes, {repeat} repeat(s)")
+            harness.progress(f"driver, {label} of {size:,} {what}, {repeat} repeat(s)")
             results = [run_child(shape, size, False) for _ in range(repeat)]
             drive = [r["drive_s"] for r in results]
             medians[size] = harness.median(drive)
@@ -148,22 +152,22 @@ def measure(sizes: list[int], repeat: int, end_to_end: bool, budget_s: float) ->
             previous = sizes[sizes.index(size) - 1] if sizes.index(size) else None
             growth = ""
             if previous in medians:
-                growth = f"; ×{size / previous:g} nodes → ×{medians[size] / medians[previous]:.2f} time"
+                growth = f"; ×{size / previous:g} {what} → ×{medians[size] / medians[previous]:.2f} time"
             figures.append(Figure(
-                f"scale: {label}", f"driver time, {size:,} nodes", "s", medians[size], samples=drive,
-                note=(f"{medians[size] / size * 1e6:.0f} µs/node; driver peak +{peak:.1f} MB RSS, the flow itself "
-                      f"{graph:.1f} MB, built in {build:.2f} s{growth}"),
+                f"scale: {label}", f"driver time, {size:,} {what}", "s", medians[size], samples=drive,
+                note=(f"{medians[size] / size * 1e6:.0f} µs/{what[:-1]}; driver peak +{peak:.1f} MB RSS, the flow "
+                      f"itself {graph:.1f} MB, built in {build:.2f} s{growth}"),
             ))
             if previous in medians and size == 2 * previous:
                 ratio = medians[size] / medians[previous]
                 figures.append(Figure(f"scale: {label}", f"time({size:,}) / time({previous:,})", "×", ratio,
                                       target=DOUBLING_TARGET, samples=[ratio]))
             if end_to_end and time.monotonic() < deadline:
-                harness.progress(f"end to end (embedded), {label} of {size:,} nodes")
+                harness.progress(f"end to end (embedded), {label} of {size:,} {what}")
                 e2e = [run_child(shape, size, True)["drive_s"] for _ in range(repeat)]
-                figures.append(Figure(f"scale: {label}", f"embedded run end to end, {size:,} nodes", "s",
+                figures.append(Figure(f"scale: {label}", f"embedded run end to end, {size:,} {what}", "s",
                                       harness.median(e2e), samples=e2e,
-                                      note=f"{harness.median(e2e) / size * 1e3:.2f} ms/node"))
+                                      note=f"{harness.median(e2e) / size * 1e3:.2f} ms/{what[:-1]}"))
     return figures
 
 
@@ -171,7 +175,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="2500,5000,10000", help="node counts (default 2500,5000,10000)")
     parser.add_argument("--end-to-end", action="store_true", help="also time whole embedded runs (slower)")
-    parser.add_argument("--child", choices=["chain", "fanout"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["chain", "fanout", "map"], help=argparse.SUPPRESS)
     parser.add_argument("--child-out", help=argparse.SUPPRESS)
     harness.add_common_arguments(parser)
     args = parser.parse_args()

@@ -43,6 +43,8 @@ BENCHMARKS: dict[str, dict[str, list[str]]] = {
     "submit": {"default": [], "full": []},
     "graph_scale": {"default": [], "full": ["--end-to-end"]},
     "values": {"default": [], "full": []},
+    "artifacts_store": {"default": [], "full": ["--size-mb", "2048"]},
+    "explorer_api": {"default": [], "full": []},
     "peers": {"default": ["--prefect-chain", "40", "--prefect-fanout", "200"], "full": []},
 }
 #: Longest one benchmark process may run, in seconds, by mode.

@@ -17,11 +17,12 @@ from fluksio.errors import (
     RunRejected,
 )
 from fluksio.flows.flow import Flow
+from fluksio.flows.subflow import Message
 from fluksio.schemas import NodeRecord, Resources, RunRecord, RunStatus
 from fluksio.settings import Settings
 
 __all__ = [
-    "Artifact", "Client", "ConfigError", "Flow", "FlowError", "FlowNotFound", "FluksioError", "NodeRecord",
+    "Artifact", "Client", "ConfigError", "Flow", "FlowError", "FlowNotFound", "FluksioError", "Message", "NodeRecord",
     "Resources", "RunHandle", "RunNotFound", "RunRecord", "RunRejected", "RunStatus", "Settings", "Sweep",
     "connect",
 ]

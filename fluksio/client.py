@@ -21,7 +21,7 @@ from fluksio.errors import BrokerUnavailable, CodecError, NodeFailed, RunRejecte
 from fluksio.execution.values import decode
 from fluksio.flows.annotations import adapter_for, fit_error, type_name
 from fluksio.flows.flow import Flow
-from fluksio.messages import Cancel
+from fluksio.runs import family
 from fluksio.runs.metrics import series_of
 from fluksio.runs.references import output_of
 from fluksio.runs.runtime import Runtime
@@ -86,6 +86,14 @@ class Sweep:
 
 
 class Client:
+    """A connection to one installation: its run store, its broker and placer books, its flows.
+
+    Embedded (no broker configured), the client also runs the installation: an in-process broker,
+    driver and node workers on threads, and the lease sweeper; ``close()`` stops them (runs still
+    driven here end ``abandoned``, resumable). Distributed, it only submits and reads: the workers are
+    ``fluksio worker`` processes. Thread-safe; unusable once closed (:class:`~fluksio.errors.FluksioError`).
+    """
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._workers: EmbeddedWorkers | None = None
@@ -160,9 +168,7 @@ class Client:
         run = run_rows.get_run(self.runtime.db, run_id)
         if self.settings.embedded:
             self.runtime.registry.get(run.flow)  # the driver here must be able to load it
-        run_rows.resume(self.runtime.db, run.id)
-        self.runtime.inbox.close(run.id)
-        send_drive(self.app, run.id, run.flow)
+        family.resume(self.runtime, run)
         return RunHandle(self, run.id)
 
     def sweep(
@@ -201,17 +207,24 @@ class Client:
         return RunHandle(self, run_rows.get_run(self.runtime.db, run_id).id)
 
     def runs(self, flow: str | None = None, status: str | None = None, group: str | None = None,
-             limit: int = 50, schedule: str | None = None) -> list[RunRecord]:
+             limit: int = 50, schedule: str | None = None, parent: str | None = None,
+             offset: int = 0) -> list[RunRecord]:
         """Runs, newest first (their ``nodes`` are left empty: :meth:`get` one for those).
 
-        ``schedule``: only runs that schedule's ticks started (``RunRecord.schedule_tick`` says which tick).
+        ``schedule``: only runs that schedule's ticks started (``RunRecord.schedule_tick`` says which tick);
+        ``parent``: only the child runs of that run (its subflow calls; an id or a unique prefix);
+        ``offset``: skip that many (paging).
         """
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise RunRejected(f"limit must be a whole number ≥ 1, got {limit!r}")
+        for name, value, least in (("limit", limit, 1), ("offset", offset, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise RunRejected(f"{name} must be a whole number ≥ {least}, got {value!r}")
         if status is not None and status not in {s.value for s in RunStatus}:
             raise RunRejected(f"status {status!r} is not one of {', '.join(s.value for s in RunStatus)}")
+        if parent is not None:
+            parent = run_rows.get_run(self.runtime.db, parent).id  # a prefix works, a wrong id says so
         return [run_rows.to_record(r, [])
-                for r in run_rows.list_runs(self.runtime.db, flow, status, group, limit, schedule=schedule)]
+                for r in run_rows.list_runs(self.runtime.db, flow, status, group, limit, schedule=schedule,
+                                            parent=parent, offset=offset)]
 
     def schedule(self, name: str, flow: Flow | str, *, cron: str | None = None, tz: str | None = None,
                  every: str | int | timedelta | None = None, params: Mapping[str, Any] | None = None,
@@ -252,12 +265,7 @@ class Client:
 
     def cancel(self, run_id: str, reason: str = "cancelled by request") -> RunStatus:
         """A queued run is cancelled at once; a running one is told to stop. Returns the status after."""
-        status, ended = run_rows.cancel_run(self.runtime.db, run_id, reason)
-        if ended:  # a queued run, cancelled by this call: nobody else will tell its alerts
-            self.runtime.run_ended(run_rows.get_run(self.runtime.db, run_id).id, RunStatus.CANCELLED)
-        if status is RunStatus.RUNNING:
-            self.runtime.inbox.push(run_rows.get_run(self.runtime.db, run_id).id, Cancel())
-        return status
+        return family.cancel(self.runtime, run_id, reason)
 
     def placement(self) -> dict[str, Any]:
         """Every machine (total, free, labels, calls, heartbeat), what waits and why, and the provisioners."""

@@ -80,3 +80,7 @@ class ScheduleRejected(FluksioError, ValueError):
 
 class ScheduleNotFound(FluksioError, LookupError):
     """No schedule has that name."""
+
+
+class InvalidRequest(FluksioError, ValueError):
+    """A request to the run explorer (its pages or JSON API) has a malformed or out-of-range argument."""

@@ -20,7 +20,15 @@ from fluksio.errors import MessageRefused
 from fluksio.schemas import Grant
 
 #: The ``kind`` of each inbox message on the wire.
-DONE, WAKE, CANCEL = "done", "wake", "cancel"
+DONE, WAKE, CANCEL, CHILD = "done", "wake", "cancel", "child"
+
+
+def call_id(run_id: str, epoch: int, unit: str, attempt: int) -> str:
+    """The id of one node call (the Celery task's id, what Flower names it by, the grant's id):
+    ``<run>[.r<epoch>].<unit>.<attempt>``. A resumed run's calls are named apart from those of the drive
+    that went before it; ``unit`` is a node, or ``node[i]`` for element i of a mapped node."""
+    drive = f".r{epoch}" if epoch else ""
+    return f"{run_id}{drive}.{unit}.{attempt}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +177,20 @@ class Cancel:
         return {"kind": CANCEL}
 
 
+@dataclass(frozen=True, slots=True)
+class ChildEnded:
+    """A child run of this run (a subflow call) ended: its row says how."""
+
+    run_id: str
+
+    kind: ClassVar[str] = CHILD
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": CHILD, "run_id": self.run_id}
+
+
 #: What a run's inbox holds.
-InboxMessage = Completion | Wake | Cancel
+InboxMessage = Completion | Wake | Cancel | ChildEnded
 
 
 def inbox_message_from_wire(data: Any) -> InboxMessage:
@@ -180,7 +200,12 @@ def inbox_message_from_wire(data: Any) -> InboxMessage:
         return Completion.from_wire(data)
     if kind in (WAKE, CANCEL) and len(data) == 1:
         return Wake() if kind == WAKE else Cancel()
-    raise MessageRefused(f"an inbox message must be a completion, a wake-up or a cancel; got {_sample(data)}")
+    if kind == CHILD:
+        checked = _checked("child-ended message", data, {"kind": (str,), "run_id": (str,)},
+                           required=("kind", "run_id"))
+        return ChildEnded(checked["run_id"])
+    raise MessageRefused(f"an inbox message must be a completion, a wake-up, a cancel or a child's end; got "
+                         f"{_sample(data)}")
 
 
 _ARTIFACT_TYPES: dict[str, tuple[type, ...]] = {

@@ -8,6 +8,7 @@ setting is an error, not a silent default.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from pathlib import Path
@@ -41,7 +42,20 @@ class Settings(BaseSettings):
     broker_url: str = EMBEDDED_BROKER
     result_backend: str | None = None
     database_url: str = "sqlite:///.fluksio/fluksio.db"
-    artifacts_dir: Path = Path(".fluksio/artifacts")
+    #: The content-addressed artifact store: a folder every host mounts, or an fsspec URL of an object store
+    #: (``s3://bucket/prefix``, ``gs://…``, ``az://…``, ``file://…``; see fluksio/artifacts/remote.py).
+    artifacts_dir: Path | str = Path(".fluksio/artifacts")
+    #: Endpoint of an S3-compatible server for ``s3://`` artifacts (MinIO, Ceph, moto …); unset:
+    #: ``AWS_ENDPOINT_URL`` if set, else AWS itself. Credentials come from the usual AWS places.
+    artifacts_endpoint_url: str | None = None
+    #: Local copies of object-store artifacts that nodes read here (``Artifact.path``), least recently used
+    #: evicted first. Unused with a folder store, whose files are read in place.
+    artifacts_cache: Path = Path(".fluksio/artifacts-cache")
+    #: Size limit of the artifacts cache, in MB (an artifact larger than the limit is still fetched).
+    artifacts_cache_mb: int = Field(default=10_240, ge=0)
+    #: How long an object-store request may wait to connect, or for its answer's next bytes, in seconds
+    #: (an S3-compatible server may think a while before it answers the completion of a large upload).
+    artifacts_timeout_s: float = Field(default=60.0, gt=0)
     #: Modules or ``file.py`` paths whose flows are registered (comma-separated in the environment).
     flows: Annotated[list[str], NoDecode] = Field(default_factory=list)
     #: Provisioner profiles (a JSON list); unset: ``config/provisioners.json`` in the working directory if
@@ -83,6 +97,9 @@ class Settings(BaseSettings):
     #: Celery task events (what Flower shows) from the start. Off, they cost four broker messages per
     #: call that nobody reads; `fluksio flower` switches them on in running workers when it starts.
     task_events: bool = False
+    #: ``user:password`` the run explorer (`fluksio ui`) asks for; it refuses to listen on an address other
+    #: hosts reach without one (``--basic-auth`` overrides it).
+    ui_basic_auth: str | None = None
 
     #: Alert rules (a JSON list); unset: ``config/alerts.json`` in the working directory if present, else none.
     alerts: Path | None = None
@@ -108,6 +125,17 @@ class Settings(BaseSettings):
     schedule_refresh_s: float = Field(default=5.0, gt=0)
     #: The most missed ticks one schedule with ``catchup=all`` submits when a beat starts (the newest ones).
     schedule_catchup_limit: int = Field(default=100, ge=1)
+
+    @field_validator("artifacts_dir", mode="before")
+    @classmethod
+    def _path_or_url(cls, value: Any) -> Any:
+        """A URL (``scheme://…``) stays text; anything else is a folder. A URL must name its bucket."""
+        if isinstance(value, str) and "://" in value:
+            scheme, _, rest = value.partition("://")
+            if not scheme or not rest.strip("/"):
+                raise ValueError(f"{value!r} names no bucket; write e.g. s3://my-bucket/fluksio")
+            return value.rstrip("/")
+        return Path(value) if isinstance(value, str) else value
 
     @field_validator("flows", "labels", mode="before")
     @classmethod
@@ -191,3 +219,28 @@ def redact_url(url: str) -> str:
         if colon != -1 and colon + 1 < len(head) and not head[colon + 1:].startswith("//"):
             return f"{head[:colon + 1]}***@{tail}"
     return url
+
+
+def is_loopback(address: str) -> bool:
+    """Whether only this host can reach ``address`` (``''`` and ``0.0.0.0`` mean every interface): what a
+    server of fluksio (the explorer, Flower) may listen on without a password."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def read_json_file(path: Path, what: str) -> Any:
+    """The JSON in the file at ``path``; a :class:`ConfigError` naming ``what`` it is (``alert rules``,
+    ``provisioner profiles``) and what is wrong with it — unreadable, or not JSON (with the line and column)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+                          ) from None

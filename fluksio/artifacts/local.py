@@ -82,3 +82,9 @@ class LocalArtifactStore(ArtifactStore):
             Path(tmp).unlink(missing_ok=True)
             raise
         return Artifact(hashing.digest, hashing.size, media_type, name, store=self)
+
+    def open(self, digest: str) -> BinaryIO:
+        try:
+            return self._file(digest).open("rb")
+        except FileNotFoundError:
+            raise ArtifactError(f"artifact {digest} is gone from {self.root}") from None

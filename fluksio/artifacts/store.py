@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -13,7 +14,11 @@ from fluksio.artifacts.hashing import HashingWriter
 
 
 class ArtifactStore(ABC):
-    """Bytes kept under their digest. Digests are validated by every implementation before use."""
+    """Bytes kept under their digest. Digests are validated by every implementation before use.
+
+    Every failure to reach or read the store is an :class:`~fluksio.errors.ArtifactError` naming the digest,
+    so a caller (a node call, the run cache, a submit) has one error to handle.
+    """
 
     @abstractmethod
     def put(self, artifact: Artifact) -> Artifact:
@@ -29,6 +34,19 @@ class ArtifactStore(ABC):
     @abstractmethod
     def path(self, digest: str) -> Path:
         """A local file with the bytes."""
+
+    def open(self, digest: str) -> BinaryIO:
+        """The bytes as a binary file object to stream from (close it, or use ``with``).
+
+        A backend whose bytes are remote streams them and checks them against the digest as they go:
+        reading to the end of a copy that does not match raises :class:`~fluksio.errors.ArtifactError`, so a
+        reader that passes bytes on before the end (a download) must drop what it passed on if that happens.
+        """
+        return io.BytesIO(self.get(digest))
+
+    def check(self) -> None:
+        """Raise :class:`~fluksio.errors.ConfigError` if the store cannot be used at all (a missing bucket,
+        refused credentials, an endpoint that does not answer). A folder or memory store always can."""
 
     def put_stream(self, write: Callable[[BinaryIO], None], name: str | None = None,
                    media_type: str = "application/octet-stream") -> Artifact:

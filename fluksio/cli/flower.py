@@ -7,14 +7,13 @@ optional extra (``pip install 'fluksio[flower]'``).
 
 from __future__ import annotations
 
-import ipaddress
 import sys
 
 import click
 from rich.text import Text
 
 from fluksio.cli import render
-from fluksio.settings import load_settings, redact_url
+from fluksio.settings import is_loopback, load_settings, redact_url
 
 #: Exit code when Flower cannot be started as asked.
 EXIT_BAD_INPUT = 2
@@ -41,10 +40,12 @@ def flower(port: int, address: str, basic_auth: tuple[str, ...], url_prefix: str
     except ImportError:
         render.console(stderr=True).print(Text.assemble(("error:", "red"), " ", MISSING_FLOWER))
         sys.exit(EXIT_BAD_INPUT)
+    from fluksio.ui.flower import MOUNT, mount_in_flower
     from fluksio.worker.flower import flower_app, prepare_flower
 
     app = flower_app(settings)
-    if not basic_auth and not _is_loopback(address):
+    mount_in_flower(settings)  # the run explorer under /fluksio/, linked from Flower's navigation
+    if not basic_auth and not is_loopback(address):
         render.console(stderr=True).print(Text.assemble(
             ("warning:", "yellow"), f" Flower on {address} without --basic-auth lets anyone who reaches port "
             f"{port} see every run's arguments and revoke tasks"))
@@ -54,9 +55,11 @@ def flower(port: int, address: str, basic_auth: tuple[str, ...], url_prefix: str
         render.console(stderr=True).print(Text.assemble(
             ("warning:", "yellow"), f" could not ask the workers for task events yet ({type(exc).__name__}: {exc}); "
             "Flower asks them again every 5 s"))
-    render.console(stderr=True).print(
-        f"Flower on http://{address}:{port}/{(url_prefix or '').strip('/')} for broker "
-        f"{redact_url(settings.broker_url)}", highlight=False)
+    root = f"http://{address}:{port}/" + (f"{url_prefix.strip('/')}/" if url_prefix else "")
+    explorer = (f"the run explorer at {root}{MOUNT}/" if basic_auth or is_loopback(address) else
+                "the run explorer is not mounted (it can cancel runs: give --basic-auth)")
+    render.console(stderr=True).print(f"Flower on {root} for broker {redact_url(settings.broker_url)}; {explorer}",
+                                      highlight=False)
     sys.exit(app.start(argv) or 0)
 
 
@@ -78,11 +81,3 @@ def flower_argv(port: int, address: str, basic_auth: tuple[str, ...], url_prefix
     return argv
 
 
-def _is_loopback(address: str) -> bool:
-    """Whether only this host can reach ``address`` (Flower's ``''`` means every interface)."""
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False

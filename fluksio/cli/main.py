@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,8 @@ from fluksio.store.nodes import artifacts_of
 EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_TIMED_OUT, EXIT_INTERRUPTED = 1, 2, 124, 130
 #: How often the live display re-reads the run, in seconds.
 REFRESH_S = 0.2
+#: Bytes copied per step when an artifact streams to a file.
+STREAM_CHUNK = 1 << 20
 
 
 class FluksioGroup(click.Group):
@@ -150,7 +153,20 @@ def demo(params: tuple[str, ...], seed: int) -> None:
     source = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
     if not source.is_file():
         raise click.ClickException(f"the demo flow is not at {source}; it ships with fluksio's source checkout")
-    _run(f"{source}:flow", params, seed, None, False, False, None, False)
+    try:
+        _run(f"{source}:flow", params, seed, None, False, False, None, False)
+    except SystemExit as done:  # the run ended (ok or not) and was shown: say where to look at it next
+        if done.code in (0, EXIT_RUN_FAILED):
+            click.echo(explorer_hint(), err=True)
+        raise
+
+
+def explorer_hint() -> str:
+    """Where to look at runs in a browser (said after the demo)."""
+    import importlib.util
+
+    command = "fluksio ui" if importlib.util.find_spec("tornado") else "pip install 'fluksio[ui]' && fluksio ui"
+    return f"see it in a browser: {command}, then open http://127.0.0.1:8585/"
 
 
 @cli.command()
@@ -181,13 +197,15 @@ def sweep(flow: str, grid: tuple[str, ...], seeds: str | None, params: tuple[str
 @click.option("--status", type=click.Choice([s.value for s in RunStatus]), help="Only runs in this status.")
 @click.option("--group", help="Only runs of this group (a sweep).")
 @click.option("--schedule", "schedule_name", metavar="NAME", help="Only runs that schedule's ticks started.")
+@click.option("--parent", metavar="RUN", help="Only the child runs of RUN (its subflow calls).")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-def runs(flow: str | None, status: str | None, group: str | None, schedule_name: str | None, limit: int,
-         as_json: bool) -> None:
+def runs(flow: str | None, status: str | None, group: str | None, schedule_name: str | None, parent: str | None,
+         limit: int, as_json: bool) -> None:
     """List runs, newest first."""
     with _client() as client:
-        records = client.runs(flow=flow, status=status, group=group, limit=limit, schedule=schedule_name)
+        records = client.runs(flow=flow, status=status, group=group, limit=limit, schedule=schedule_name,
+                              parent=parent)
         latest = {r.id: {n: v for n, (_s, v) in latest_of(client.runtime.db, r.id).items()} for r in records}
         if as_json:
             click.echo(json.dumps([{**json.loads(r.model_dump_json()), "metrics": latest[r.id]} for r in records],
@@ -349,17 +367,25 @@ def artifact() -> None:
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), required=True,
               help="File to write the bytes to ('-' for standard output).")
 def artifact_get(digest: str, output: str) -> None:
-    """Write the bytes of artifact DIGEST (sha256:…) to a file."""
+    """Write the bytes of artifact DIGEST (sha256:…) to a file, streamed and checked against the digest."""
     from fluksio.artifacts.artifact import validate_digest
-    from fluksio.artifacts.local import LocalArtifactStore
+    from fluksio.artifacts.factory import open_store
 
-    settings = load_settings()
-    data = LocalArtifactStore(settings.artifacts_dir).get(validate_digest(digest))
-    if output == "-":
-        sys.stdout.buffer.write(data)
-    else:
-        Path(output).write_bytes(data)
-        click.echo(f"wrote {len(data)} bytes to {output}", err=True)
+    store = open_store(load_settings(), check=True)
+    with store.open(validate_digest(digest)) as source:
+        if output == "-":
+            # Bytes already written cannot be taken back: a copy found corrupt at its end exits non-zero.
+            shutil.copyfileobj(source, sys.stdout.buffer, STREAM_CHUNK)
+            return
+        target = Path(output)
+        partial = target.with_name(f".{target.name}.partial")
+        try:
+            with partial.open("wb") as handle:
+                shutil.copyfileobj(source, handle, STREAM_CHUNK)
+            partial.replace(target)  # only a checked, whole copy gets the name asked for
+        finally:
+            partial.unlink(missing_ok=True)
+    click.echo(f"wrote {target.stat().st_size} bytes to {output}", err=True)
 
 
 @cli.group()
@@ -383,6 +409,7 @@ from fluksio.cli.beat import beat  # noqa: E402
 from fluksio.cli.flower import flower  # noqa: E402
 from fluksio.cli.plot import plot  # noqa: E402
 from fluksio.cli.schedule import schedule  # noqa: E402
+from fluksio.cli.ui import ui  # noqa: E402
 from fluksio.cli.watch import watch  # noqa: E402
 
 cli.add_command(flower)
@@ -391,6 +418,7 @@ cli.add_command(plot)
 cli.add_command(schedule)
 cli.add_command(beat)
 cli.add_command(alerts)
+cli.add_command(ui)
 
 
 def main() -> None:

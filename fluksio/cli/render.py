@@ -119,6 +119,8 @@ def _node_row(table: Table, name: str, n: NodeRecord) -> None:
     error = (n.error or "").splitlines()[0] if n.error else ""
     if n.cached_from:
         error = f"cached from {n.cached_from}"
+    elif n.child_run and not error:
+        error = f"child run {n.child_run}"
     table.add_row(name, styled(n.status.value), n.machine or "", ",".join(map(str, n.gpus)), str(n.attempt),
                   duration, short(error, 70))
 
@@ -164,6 +166,10 @@ def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], a
         details.append(f"took {record.duration_ms / 1000:.2f}s")
     if record.group_id:
         details.append(f"group {record.group_id}")
+    if record.parent_id:
+        details.append(f"child of {record.parent_id} ({record.parent_node})")
+    if record.priority:
+        details.append(f"priority {record.priority}")
     parts.append(Text(" · ".join(details), style="dim"))
     if record.nodes:
         parts.append(nodes_table(record))

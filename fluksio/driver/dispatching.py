@@ -30,11 +30,13 @@ SettleUnsent = Callable[[str, str, Grant, str], None]
 
 
 class Dispatcher:
-    """Places and sends one drive's ready units; ``settle_unsent`` ends a call whose send failed."""
+    """Places and sends one drive's ready units; ``settle_unsent`` ends a call whose send failed, ``start_child``
+    starts the child run a subflow call is (no machine is placed for it: its own nodes are)."""
 
-    def __init__(self, state: DriveState, settle_unsent: SettleUnsent) -> None:
+    def __init__(self, state: DriveState, settle_unsent: SettleUnsent, start_child: Callable[[str], None]) -> None:
         self.s = state
         self._settle_unsent = settle_unsent
+        self._start_child = start_child
 
     def schedule(self) -> None:
         """Take what became ready, restore what the cache has, place what it can; say what waits."""
@@ -42,10 +44,14 @@ class Dispatcher:
         restored = False
         while fresh := s.walk.take_fresh():
             for unit in fresh:
+                spec = s.flow.nodes[split_unit(unit)[0]]
+                if spec.subflow is not None:
+                    self._start_child(unit)
+                    continue
                 if self._restore_from_cache(unit):
                     restored = True
                     continue
-                kind = kind_of(s.flow.nodes[split_unit(unit)[0]])
+                kind = kind_of(spec)
                 reason = s.waitlists.add(unit, kind)
                 if reason is not None:  # the first of its node to join a queue that waits: it waits for that
                     self._announce(kind, split_unit(unit)[0], reason)

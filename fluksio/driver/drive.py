@@ -18,7 +18,9 @@ from fluksio.driver.waiting import wait_for_labels
 from fluksio.errors import FluksioError, RunNotFound
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import RunStatus
+from fluksio.store import family as store_family
 from fluksio.store import runs as run_rows
+from fluksio.store.models import Run
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,9 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
         run = run_rows.get_run(db, run_id)
     except RunNotFound:
         log.warning("drive: run %s does not exist; dropping the message", run_id)
+        return
+    if run.status == RunStatus.RUNNING.value and run.park_state == store_family.WOKEN:
+        _drive_woken(runtime, run, dispatch, revoke)
         return
     if run.status != RunStatus.QUEUED.value:
         return
@@ -59,7 +64,28 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
     claimed = run_rows.get_run(db, run_id)
     driver = Driver(runtime, run_id, run.params or {}, flow, dispatch, revoke, code_digest=claimed.code_digest,
                     use_cache=not run.no_cache, epoch=epoch,
-                    requeue_on_shutdown=runtime.settings.auto_resume and requeue is not None)
+                    requeue_on_shutdown=runtime.settings.auto_resume and requeue is not None, run=claimed)
     driver.run()
     if driver.end is End.REQUEUED and requeue is not None:
         requeue(run_id)
+
+
+def _drive_woken(runtime: Runtime, run: Run, dispatch: Dispatch, revoke: Revoke) -> None:
+    """Drive again a run that parked while its children ran, and that a child's end (or a cancel) woke.
+
+    Its calls carry the code it was claimed with; its driver starts from its rows, finds the children it
+    started (by their identity), and goes on.
+    """
+    try:
+        flow = runtime.registry.get(run.flow)
+    except FluksioError as exc:
+        log.error("run %s was woken, but this process cannot load its flow: %s; the sweepers hand it on", run.id,
+                  exc)
+        return
+    epoch = store_family.claim_woken(runtime.db, run.id)
+    if epoch is None:
+        return  # another driver took it
+    claimed = run_rows.get_run(runtime.db, run.id)
+    driver = Driver(runtime, run.id, run.params or {}, flow, dispatch, revoke, code_digest=run.code_digest,
+                    use_cache=not run.no_cache, epoch=epoch, run=claimed)
+    driver.run()

@@ -11,6 +11,7 @@ import logging
 import time
 
 from fluksio.driver.caching import NodeCache
+from fluksio.driver.children import ChildRuns
 from fluksio.driver.dispatching import Dispatcher
 from fluksio.driver.journal import Journal
 from fluksio.driver.restore import restore_earlier
@@ -20,11 +21,13 @@ from fluksio.driver.verdict import End, verdict
 from fluksio.driver.waitlists import WaitLists
 from fluksio.driver.walk import Walk
 from fluksio.flows.flow import Flow
-from fluksio.messages import Cancel, Completion, InboxMessage
+from fluksio.messages import Cancel, ChildEnded, Completion, InboxMessage
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import RunStatus
 from fluksio.settings import redact_url
+from fluksio.store import family as store_family
 from fluksio.store import runs as run_rows
+from fluksio.store.models import Run
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,7 @@ class Driver:
 
     def __init__(self, runtime: Runtime, run_id: str, params: dict, flow: Flow, dispatch: Dispatch, revoke: Revoke,
                  code_digest: str | None = None, use_cache: bool = True, epoch: int = 0,
-                 requeue_on_shutdown: bool = False) -> None:
+                 requeue_on_shutdown: bool = False, run: Run | None = None) -> None:
         walk = Walk(flow, params, max_elements=runtime.settings.max_elements)
         self.s = DriveState(
             rt=runtime, run_id=run_id, epoch=epoch, flow=flow, walk=walk,
@@ -51,10 +54,17 @@ class Driver:
             journal=Journal(runtime.db, runtime.events, run_id), dispatch=dispatch, revoke=revoke,
             code_digest=code_digest, waitlists=WaitLists(walk.elements),
         )
+        #: A cancel was asked for before this drive began (a parked run woken to carry it out): done first,
+        #: before its children's ends (cancelled too) could be taken for failures.
+        self._cancel_first = bool(run is not None and run.cancel_requested)
+        if run is not None:  # what its child runs inherit
+            self.s.seed, self.s.priority, self.s.engine = run.seed, run.priority or 0, run.engine
+            self.s.resumed_at = run.resumed_at
         self.s.attempts.update(restore_earlier(walk, run_rows.node_rows(runtime.db, run_id)))
         self.s.first_attempt.update(self.s.attempts)
         self.settler = Settler(self.s)
-        self.dispatcher = Dispatcher(self.s, self.settler.unsent)
+        self.children = ChildRuns(self.s)
+        self.dispatcher = Dispatcher(self.s, self.settler.unsent, self.children.start)
         #: On shutdown, send the run back to ``queued`` (auto-resume) rather than mark it ``abandoned``.
         self.requeue_on_shutdown = requeue_on_shutdown
 
@@ -73,6 +83,8 @@ class Driver:
         s.rt.driving.add(s.run_id)
         try:
             s.journal_ended()  # nodes the walk decided at once (a condition on an input, say)
+            if self._cancel_first:
+                self._cancel()
             self._loop()
             self._wind_up()
         except Exception as exc:
@@ -82,8 +94,8 @@ class Driver:
             s.rt.driving.discard(s.run_id)
             s.rt.placer.remove_listener(wake)
             self.dispatcher.forget_waiting()
-            if s.end is End.LOST:
-                s.rt.inbox.leave(s.run_id)  # the inbox is the new driver's now
+            if s.end in (End.LOST, End.PARKED):
+                s.rt.inbox.leave(s.run_id)  # the inbox is the new driver's now (or the next one's)
             else:
                 s.rt.inbox.close(s.run_id)
 
@@ -102,7 +114,7 @@ class Driver:
         if s.end is End.HANDED_OVER:
             self.settler.stop_calls()
             self._leave_to_another_driver()
-        else:
+        elif s.end is not End.PARKED:
             self._finish()
 
     def _leave_to_another_driver(self) -> None:
@@ -133,8 +145,10 @@ class Driver:
             s.journal.announce()
             if s.cancelled:
                 return
-            if s.walk.drained:
+            if s.walk.drained and not s.children:
                 s.end = End.DRAINED
+                return
+            if self._only_children_left() and self._park():
                 return
             wake_at = min(next_lease, next_check, s.journal.due_at() or next_check)
             message = s.rt.inbox.pop(s.run_id, timeout=max(0.0, wake_at - time.monotonic()))
@@ -178,6 +192,9 @@ class Driver:
         for index, message in enumerate(messages):
             if isinstance(message, Completion):
                 self.settler.completed(message)
+            elif isinstance(message, ChildEnded):
+                self.children.ended(message.run_id)
+                self._say_how_children_go()
             elif isinstance(message, Cancel):
                 self._cancel()
             if s.end is End.LOST:
@@ -198,13 +215,62 @@ class Driver:
             if not isinstance(message, Completion) or message.epoch > self.s.epoch:
                 self.s.rt.inbox.push(self.s.run_id, message)
 
+    # -- child runs ----------------------------------------------------------------------------
+
+    def _only_children_left(self) -> bool:
+        """Whether all this drive waits for is child runs: nothing in flight, nothing to place or to write."""
+        s = self.s
+        return (bool(s.children) and not s.calls and not s.walk.has_fresh and not s.cancelled
+                and not any(queue for queue in s.waitlists.queues.values()))
+
+    def _park(self) -> bool:
+        """Let go of the run while its children run, so this driver's slot serves them (no deadlock on driver
+        slots, however deep the subflows). ``True`` when parked (the loop ends here).
+
+        Lost wake-ups cannot happen: a child writes its end, then wakes the parent if parked; the parent
+        parks, then looks at its children. One of the two sees the other: if a child ended meanwhile, the
+        parent takes the run back (or, if the child woke it first, leaves it to the driver that child asked for).
+        """
+        s = self.s
+        news = s.rt.inbox.drain(s.run_id, DRAIN_LIMIT)
+        if news:  # a child's end, a cancel: acted on before letting go (the next drive would not see them soon)
+            self._handle(news)
+            return s.end is End.LOST
+        s.journal.write()
+        s.journal.announce()
+        self._say_how_children_go()
+        if not store_family.park(s.rt.db, s.run_id, s.epoch):
+            held, cancel = run_rows.refresh_lease(s.rt.db, s.run_id, s.epoch)
+            if held and cancel:
+                self._cancel()
+                return False
+            log.warning("run %s could not park: it is no longer this driver's", s.run_id)
+            s.end = End.LOST
+            return True
+        ended = [child.id for child in store_family.children_of(s.rt.db, s.run_id)
+                 if child.id in s.children and RunStatus(child.status).is_terminal()]
+        if not ended:
+            s.end = End.PARKED
+            return True
+        if not store_family.unpark(s.rt.db, s.run_id):
+            s.end = End.PARKED  # a child woke it first: the driver it asked for takes the run
+            return True
+        for child_id in ended:
+            self.children.ended(child_id)
+        return False
+
+    def _say_how_children_go(self) -> None:
+        reason = self.children.status_reason()
+        if reason:
+            run_rows.set_reason(self.s.rt.db, self.s.run_id, reason, self.s.epoch)
+
     # -- endings --------------------------------------------------------------------------------
 
     def _cancel(self) -> None:
         if not self.s.cancelled:
             self.dispatcher.forget_waiting()
             self.s.waitlists.clear()
-            self.settler.cancel()
+            self.settler.cancel(self.children)
 
     def _finish(self) -> None:
         s = self.s

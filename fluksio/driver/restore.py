@@ -36,7 +36,8 @@ def restore_earlier(walk: Walk, rows: Iterable[EarlierRow]) -> dict[str, int]:
         if row.node not in walk.flow.nodes:
             continue
         unit = unit_of(row.node, row.element if row.element is not None and row.element >= 0 else None)
-        if unit not in latest or row.attempt >= latest[unit].attempt:
+        earlier = latest.get(unit)
+        if earlier is None or row.attempt >= earlier.attempt:
             latest[unit] = row
     # Every unit with a row goes on counting from it, whether it runs again now or later (a unit whose
     # inputs are made again first): a new row never takes the (node, element, attempt) of an old one.
@@ -45,10 +46,10 @@ def restore_earlier(walk: Walk, rows: Iterable[EarlierRow]) -> dict[str, int]:
     # Upstream first: a unit becomes fresh only once its inputs are there (restored, or given).
     while fresh := walk.take_fresh():
         for unit in fresh:
-            row = latest.get(unit)
-            if row is not None and row.status in (NodeStatus.OK.value, NodeStatus.CACHED.value):
+            found = latest.get(unit)
+            if found is not None and found.status in (NodeStatus.OK.value, NodeStatus.CACHED.value):
                 walk.start(unit)
-                walk.complete(unit, row.outputs or {})
+                walk.complete(unit, found.outputs or {})
                 del next_attempt[unit]
                 continue
             again.append(unit)

@@ -7,12 +7,14 @@ restored from the cache, skipped, or cancelled gets a row with no call behind it
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from fluksio.driver.walk import Ended, split_unit
 from fluksio.messages import Completion
 from fluksio.runs.cache_key import CacheHit, cacheable
-from fluksio.schemas import Grant, NodeStatus
+from fluksio.schemas import Grant, NodeStatus, RunStatus
 from fluksio.store.rows import ArtifactRow, NodeRow
 
 
@@ -71,6 +73,44 @@ def bare_rows(run_id: str, units: Iterable[str], attempts: Mapping[str, int], st
                             machine=grant.machine if grant else None, gpus=list(grant.gpus) if grant else [],
                             finished_at=now, error=error))
     return rows
+
+
+@dataclass(frozen=True)
+class ChildEnd:
+    """How a child run (a subflow call) ended, as its parent reads it from the child's row."""
+
+    run_id: str
+    status: RunStatus
+    reason: str | None
+    #: The child's result: its output messages.
+    result: dict[str, Any]
+    started_at: datetime | None
+    finished_at: datetime | None
+    #: Every node of the child was restored from the cache.
+    cached: bool
+
+
+def child_row(run_id: str, unit: str, attempt: int, child_outputs: Iterable[tuple[str, str]],
+              end: ChildEnd | None, refused: str | None = None) -> NodeRow:
+    """The parent's row for one subflow call: ``ok`` (``cached`` when the whole child was) with the child's
+    outputs under the parent's message names, else ``error`` with the child's reason (or why it never
+    started: ``refused``)."""
+    node, index = split_unit(unit)
+    element = -1 if index is None else index
+    if end is None:
+        return NodeRow(run_id=run_id, node=node, element=element, attempt=attempt, status=NodeStatus.ERROR.value,
+                       finished_at=utcnow(), error=refused)
+    ok = end.status is RunStatus.OK
+    status = (NodeStatus.CACHED if end.cached else NodeStatus.OK) if ok else NodeStatus.ERROR
+    reason = (end.reason or "").strip().splitlines()[0] if (end.reason or "").strip() else "no reason given"
+    return NodeRow(
+        run_id=run_id, node=node, element=element, attempt=attempt, status=status.value, child_run=end.run_id,
+        started_at=end.started_at, finished_at=end.finished_at or utcnow(),
+        duration_ms=(int((end.finished_at - end.started_at).total_seconds() * 1000)
+                     if end.started_at and end.finished_at else None),
+        outputs={message: end.result.get(output) for message, output in child_outputs} if ok else None,
+        error=None if ok else f"child run {end.run_id} ended {end.status.value}: {reason}",
+    )
 
 
 def ended_row(run_id: str, ended: Ended, attempt: int) -> NodeRow:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+from fluksio.driver.children import ChildRuns
 from fluksio.driver.rows import bare_rows, completion_rows, unreported
 from fluksio.driver.state import DriveState
 from fluksio.driver.verdict import End
@@ -102,12 +103,14 @@ class Settler:
         self.completed(unreported(call_id, unit, s.attempts.get(unit, 1), s.epoch, grant, started=started,
                                   error=error), dispatched=False)
 
-    def cancel(self) -> None:
-        """Stop scheduling: pending units never start, calls in flight are killed, their machines freed."""
+    def cancel(self, children: ChildRuns) -> None:
+        """Stop scheduling: pending units never start, calls in flight are killed, their machines freed, child
+        runs cancelled."""
         s = self.s
         if s.cancelled:
             return
         s.end = End.CANCELLED
+        children.cancel_all()
         unstarted = {node: s.walk.unstarted_elements(node) for node in s.walk.state
                      if s.walk.elements(node) is not None}
         s.journal.add_all(bare_rows(s.run_id, s.walk.cancel_pending(), s.attempts, NodeStatus.CANCELLED,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from fluksio.driver.caching import NodeCache
 from fluksio.driver.inflight import CallsInFlight
@@ -17,7 +18,7 @@ from fluksio.driver.verdict import End
 from fluksio.driver.waitlists import WaitLists
 from fluksio.driver.walk import Walk
 from fluksio.flows.flow import Flow
-from fluksio.messages import NodeCall
+from fluksio.messages import NodeCall, call_id
 from fluksio.runs.runtime import Runtime
 
 #: ``dispatch(call, queue, display_name)`` sends one node call to a worker queue.
@@ -50,15 +51,20 @@ class DriveState:
     first_attempt: dict[str, int] = field(default_factory=dict)
     #: Unit → the warning its grant came with (it was clamped to fit).
     warnings: dict[str, str] = field(default_factory=dict)
+    #: Child run id → the subflow call (unit) it is, for every child started and not yet heard the end of.
+    children: dict[str, str] = field(default_factory=dict)
+    #: Of the run: what its child runs inherit (seed, priority, engine), and when it was last resumed.
+    seed: int | None = None
+    priority: int = 0
+    engine: str = "embedded"
+    resumed_at: datetime | None = None
 
     @property
     def cancelled(self) -> bool:
         return self.end is End.CANCELLED
 
     def call_id(self, unit: str) -> str:
-        # A resumed run's calls are named apart from the calls of the drive that went before it.
-        drive = f".r{self.epoch}" if self.epoch else ""
-        return f"{self.run_id}{drive}.{unit}.{self.attempts.get(unit, 1)}"
+        return call_id(self.run_id, self.epoch, unit, self.attempts.get(unit, 1))
 
     def journal_ended(self) -> None:
         """Rows for the nodes the walk ended without a call (skipped, failed before a call, mapped over nothing)."""

@@ -29,6 +29,9 @@ class End(str, Enum):
     HANDED_OVER = "handed_over"
     #: … or, with auto-resume, sent straight back to ``queued`` for another driver.
     REQUEUED = "requeued"
+    #: Only child runs are left running: the driver let go of the run, whose rows are written; the first
+    #: child to end hands it to a driver again (``store.family``).
+    PARKED = "parked"
 
     @property
     def writes_rows(self) -> bool:

@@ -237,7 +237,7 @@ class Walk:
             return
         if total == 0:
             empty = [m for m, values in zip(spec.mapped, lists) if not values]
-            outputs = {m: [] for m in spec.messages}
+            outputs: dict[str, Any] = {m: [] for m in spec.messages}
             self.state[node] = NodeState.DONE
             self._ended.append(Ended(node, NodeStatus.OK, f"mapped over no elements ({empty[0]!r} is empty)",
                                      outputs))

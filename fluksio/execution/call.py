@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from fluksio.artifacts.artifact import REF_KEY, Artifact, find_refs
-from fluksio.errors import MessageRefused, NodeFailed
+from fluksio.errors import ArtifactError, MessageRefused, NodeFailed
 from fluksio.execution import interrupt
 from fluksio.execution.capture import capture_output
 from fluksio.execution.isolated import run_in_child
@@ -71,6 +71,8 @@ def execute_call(runtime: Runtime, wire: Any) -> None:
         _settle(runtime, call, started, status="error", error=str(exc), logs=exc.logs)
     except interrupt.CallCancelled:
         _settle(runtime, call, started, status="error", error="cancelled while running")
+    except ArtifactError as exc:  # the store failed or timed out: this node's error (retried per its retries)
+        _settle(runtime, call, started, status="error", error=str(exc))
     except Exception as exc:  # anything else fluksio itself got wrong must still end the call
         log.exception("node call %s failed inside fluksio", call.call_id)
         _settle(runtime, call, started, status="error",
@@ -193,6 +195,10 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout:
     except NodeFailed as failure:
         failure.logs = logs
         raise
+    except ArtifactError as exc:
+        # Storing an output failed (the store is unreachable, timed out, refused it): this node failed, and
+        # its retries decide what happens next, never the driver.
+        raise NodeFailed(f"node {node.name!r} could not store its outputs: {exc}", logs=logs) from None
     artifacts = tuple(
         MadeArtifact(message=m, digest=body["digest"], size=body["size"],
                      media_type=body.get("media_type") or "application/octet-stream", name=body.get("name"),

@@ -136,7 +136,7 @@ def receive(node: NodeSpec, param: str, message: str, value: Any, store: Artifac
     """What ``param`` of ``node`` receives of ``message``: decoded, then validated into the parameter's
     annotation (a parameter annotated ``Artifact`` gets the stored file, even of a codec's value)."""
     where = f"message {message!r} for parameter {param!r} of node {node.name!r}"
-    if node.takes_artifact(param):
+    if node.types.get(param) is Artifact:
         return decode(value, store, where, codecs=False)
     decoded = decode(value, store, where)
     adapter = node.adapters.get(param)

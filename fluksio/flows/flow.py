@@ -17,7 +17,9 @@ from fluksio.errors import FlowError
 from fluksio.flows.annotations import adapter_for
 from fluksio.flows.node import NodeSpec, check_identifier, make_node, refuse_unknown_options, with_input_types
 from fluksio.flows.source import snapshot
-from fluksio.flows.validation import topological_order, validate_graph
+from fluksio.flows.subflow import containing_cycle, make_subflow
+from fluksio.flows.subflow import resolve as resolve_subflow
+from fluksio.flows.validation import providers_of, topological_order, validate_graph
 from fluksio.schemas import Resources
 
 #: Flow names appear in queue names, CLI arguments and Flower: keep them plain.
@@ -140,6 +142,38 @@ class Flow:
 
         return register(fn) if fn is not None else register
 
+    def subflow(
+        self,
+        child: Flow,
+        *,
+        name: str | None = None,
+        provides: Mapping[str, str] | Sequence[str] | None = None,
+        map: Mapping[str, str] | None = None,
+        when: str | None = None,
+        unless: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        max_parallel: int | None = None,
+    ) -> NodeSpec:
+        """Add a node whose every call is a child run of ``child`` (see ``fluksio.flows.subflow``).
+
+        ``provides`` maps child outputs to this flow's messages (a list keeps their names; default: the
+        child's declared outputs); ``map`` maps child inputs over list-valued messages (one child run per
+        element, each provided message then a list); ``params`` gives constants, or ``Message("name")``
+        to fill an input from a message of another name. Other inputs come from messages of the same name.
+        """
+        if not isinstance(child, Flow):
+            raise FlowError(f"flow {self.name!r}: subflow() takes a Flow, got {type(child).__name__}")
+        cycle = containing_cycle(self, child)
+        if cycle:
+            raise FlowError(f"flow {self.name!r} cannot contain itself: {' -> '.join(cycle)}")
+        spec = make_subflow(self.name, child, name=name, provides=provides, mapped=map, when=when, unless=unless,
+                            params=params, max_parallel=max_parallel)
+        if spec.name in self.nodes:
+            raise FlowError(f"flow {self.name!r} already has a node named {spec.name!r}; pass name= to rename")
+        self.nodes[spec.name] = spec
+        self._providers = None
+        return spec
+
     def validate(self) -> Flow:
         """Check the whole graph (raises :class:`FlowError`); cheap after the first call."""
         self.providers  # noqa: B018 - computing it is the check
@@ -149,8 +183,24 @@ class Flow:
     def providers(self) -> dict[str, str]:
         """Each message's provider: a node name or ``"<input>"``."""
         if self._providers is None:
+            known = providers_of(self.inputs, self.nodes, self.name)
+            for node_name, spec in list(self.nodes.items()):
+                if spec.subflow is not None:
+                    spec.subflow.validate()
+                    self.nodes[node_name] = resolve_subflow(spec, known)
             self._providers = validate_graph(self.name, self.inputs, self.nodes, self.outputs)
         return self._providers
+
+    def subflows(self) -> list[Flow]:
+        """Every flow this one runs as child runs, directly or through its children, each once."""
+        found: dict[int, Flow] = {}
+        stack = [node.subflow for node in self.nodes.values() if node.subflow is not None]
+        while stack:
+            flow = stack.pop()
+            if id(flow) not in found:
+                found[id(flow)] = flow
+                stack += [node.subflow for node in flow.nodes.values() if node.subflow is not None]
+        return list(found.values())
 
     @property
     def order(self) -> list[str]:

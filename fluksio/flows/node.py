@@ -13,7 +13,6 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from fluksio.artifacts.artifact import Artifact
 from fluksio.constants import MAX_NAME_LENGTH
 from fluksio.errors import FlowError
 from fluksio.flows.annotations import adapter_for, parameter_types
@@ -65,8 +64,14 @@ class NodeSpec:
     max_parallel: int | None = None
     #: Each annotated parameter's type (a mapped parameter's describes one element), read at declaration.
     types: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    #: The validator of each annotated parameter but those annotated ``Artifact`` (see ``takes_artifact``).
+    #: The validator of each annotated parameter.
     adapters: Mapping[str, TypeAdapter[Any]] = field(default_factory=dict, compare=False, repr=False)
+    #: A subflow node: the ``Flow`` each call is a child run of (``params`` then names the child's inputs).
+    subflow: Any = field(default=None, repr=False, compare=False)
+    #: Of a subflow node: ``(parent message, child output)`` for each message it provides.
+    child_outputs: tuple[tuple[str, str], ...] = ()
+    #: Of a subflow node: ``(child input, value)`` given as constants.
+    constants: tuple[tuple[str, Any], ...] = ()
 
     @property
     def messages(self) -> tuple[str, ...]:
@@ -87,10 +92,6 @@ class NodeSpec:
     def needs(self) -> tuple[str, ...]:
         """Every message that must exist (or be skipped) before the node is decided: its inputs and conditions."""
         return self.requires + tuple(m for m in self.conditions if m not in self.requires)
-
-    def takes_artifact(self, param: str) -> bool:
-        """A parameter annotated ``Artifact`` receives the stored file itself, even of a codec's value."""
-        return self.types.get(param) is Artifact
 
     def param_of(self, message: str) -> str:
         """The parameter a required message is bound to."""
@@ -210,8 +211,7 @@ def make_node(
         raise FlowError(f"{where}: timeout_s must be a positive number of seconds, got {timeout_s!r}")
 
     types = parameter_types(fn, bound, where, scope)
-    adapters = {param: adapter_for(annotation, f"{where}, parameter {param!r}")
-                for param, annotation in types.items() if annotation is not Artifact}
+    adapters = {param: adapter_for(annotation, f"{where}, parameter {param!r}") for param, annotation in types.items()}
 
     return NodeSpec(
         name=node_name, fn=fn, requires=required, provides=provided, streams=stream_names, device=device,
@@ -240,8 +240,7 @@ def with_input_types(spec: NodeSpec, input_types: Mapping[str, Any], where: str)
         if declared in (Any, object):
             continue
         types[param] = declared
-        if declared is not Artifact:
-            adapters[param] = adapter_for(declared, f"{where}, parameter {param!r}")
+        adapters[param] = adapter_for(declared, f"{where}, parameter {param!r}")
     if len(types) == len(spec.types):
         return spec
     return dataclasses.replace(spec, types=types, adapters=adapters)

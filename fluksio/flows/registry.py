@@ -51,8 +51,14 @@ class FlowRegistry:
         self._lock = threading.Lock()
 
     def register(self, flow: Flow) -> Flow:
-        """Add ``flow`` (or replace the flow of that name) and record the digest of its code as loaded."""
+        """Add ``flow`` (or replace the flow of that name) and record the digest of its code as loaded.
+
+        The flows it runs as subflows are registered with it: a driver drives its child runs by name.
+        """
         flow.validate()
+        for child in flow.subflows():
+            if self._flows.get(child.name) is None or self._flows[child.name].flow is not child:
+                self.register(child)
         current = self._flows.get(flow.name)
         if current is not None and current.flow is flow and current.nodes == len(flow.nodes):
             return flow  # registered already (every submit of a flow object comes here)

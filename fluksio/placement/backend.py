@@ -93,6 +93,13 @@ class WaitingCall:
 
 
 class Books(ABC):
+    """Where machines, their free resources and their grants live (this process, or Redis for all hosts).
+
+    Invariants every backend keeps: a machine is never granted more than it has; a grant holds its
+    resources until given back (or its machine leaves or restarts, which voids it); a take is atomic, so
+    two placers never both get the last cpu; giving back is idempotent.
+    """
+
     @abstractmethod
     def attach(self, inventory: Inventory) -> None:
         """Add a machine with all its resources free (a re-attaching machine starts afresh)."""
@@ -104,6 +111,11 @@ class Books(ABC):
     @abstractmethod
     def machines(self) -> list[MachineView]:
         """Every live machine with its free resources: a full read, for ``fluksio placer``, not for claims."""
+
+    @abstractmethod
+    def held(self) -> dict[str, list[Grant]]:
+        """Every live machine's grants now, ``{machine: [grant, …]}``: which calls run where (for the
+        explorer and ``fluksio placer``, not for claims). A grant's id is its call's id."""
 
     @abstractmethod
     def inventories(self, cached: bool = False) -> Sequence[Inventory]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 
 from fluksio.placement.backend import Books, MachinesChanged, MachineView, WaitingCall
@@ -16,7 +16,15 @@ _RANK = attrgetter("rank")
 
 
 class MemoryBooks(Books):
-    def __init__(self) -> None:
+    """Every machine's books in one process's memory, behind one lock.
+
+    ``clock`` (seconds since the epoch) stamps who waits since when; tests pass one they can move.
+    Invariants: a grant id is held on at most one machine (``_held`` says which); a machine that
+    attaches again starts afresh, its old grants void.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
         self._books: dict[str, MachineBooks] = {}
         #: Every machine's inventory, sorted by name; rebuilt on attach and detach, not per claim.
         self._inventories: tuple[Inventory, ...] = ()
@@ -52,6 +60,10 @@ class MemoryBooks(Books):
         with self._lock:
             return list(self._books.values())  # type: ignore[arg-type]
 
+    def held(self) -> dict[str, list[Grant]]:
+        with self._lock:
+            return {name: list(books.grants.values()) for name, books in self._books.items()}
+
     def inventories(self, cached: bool = False) -> Sequence[Inventory]:
         return self._inventories  # an immutable tuple, replaced whole: no lock needed to read it
 
@@ -64,6 +76,7 @@ class MemoryBooks(Books):
             held = self._held.get(grant_id)
             if held is not None:
                 return self._books[held].grants[grant_id]  # a retried claim
+            pool: Iterable[MachineBooks]
             if candidates is None:
                 pool = self._books.values()
             else:
@@ -111,7 +124,7 @@ class MemoryBooks(Books):
             known = self._waiting.get(waiting.call_id)
             if known is not None:
                 waiting.since = known.since
-            waiting.seen_at = max(waiting.seen_at, time.time())  # noted now: its driver is alive now
+            waiting.seen_at = max(waiting.seen_at, self._clock())  # noted now: its driver is alive now
             self._waiting[waiting.call_id] = waiting
 
     def keep_waiting(self, call_ids: Sequence[str], now: float) -> None:
@@ -127,7 +140,7 @@ class MemoryBooks(Books):
     def waiting(self, stale_after_s: float | None = None) -> list[WaitingCall]:
         with self._lock:
             if stale_after_s is not None:
-                oldest = time.time() - stale_after_s
+                oldest = self._clock() - stale_after_s
                 for call_id in [c for c, w in self._waiting.items() if w.seen_at < oldest]:
                     del self._waiting[call_id]
             return list(self._waiting.values())

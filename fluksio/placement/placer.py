@@ -73,11 +73,18 @@ class _Plan:
 
 
 class Placer:
-    """Places node calls on machines. Thread-safe: several drivers in one process share one placer."""
+    """Places node calls on machines. Thread-safe: several drivers in one process share one placer.
+
+    It holds no resources itself (the books do); it keeps the plans it made per kind of request, for as
+    long as the machines stay the same, and who it listed as waiting. ``clock`` (seconds since the
+    epoch) stamps waiting calls; tests pass one they can move instead of sleeping.
+    """
 
     def __init__(self, books: Books | None = None,
-                 provisioner_shapes: Sequence[tuple[Resources, tuple[str, ...]]] = ()) -> None:
-        self.books = books if books is not None else MemoryBooks()
+                 provisioner_shapes: Sequence[tuple[Resources, tuple[str, ...]]] = (),
+                 clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self.books = books if books is not None else MemoryBooks(clock)
         #: Shapes a provisioner could start, with their labels: they count when clamping.
         self.provisioner_shapes = list(provisioner_shapes)
         self._listeners: list[Callable[[], None]] = []
@@ -125,7 +132,7 @@ class Placer:
                 self._noted[request.call_id] = reason
             if not unchanged:
                 self.books.note_waiting(WaitingCall(request.call_id, request.run_id, request.node, reason,
-                                                    time.time()))
+                                                    self._clock()))
         else:
             with self._lock:
                 waited = self._noted.pop(request.call_id, None) is not None
@@ -135,7 +142,7 @@ class Placer:
 
     def keep_waiting(self, call_ids: Sequence[str]) -> None:
         """The calls still wait, and their driver is alive: keep them on the list (see ``snapshot``)."""
-        self.books.keep_waiting(call_ids, time.time())
+        self.books.keep_waiting(call_ids, self._clock())
 
     def forget(self, call_id: str) -> None:
         """Stop listing a call as waiting (its run ended or it was placed)."""
@@ -249,12 +256,14 @@ class Placer:
     # -- visibility -----------------------------------------------------------------------------
 
     def snapshot(self, stale_after_s: float | None = None) -> dict[str, Any]:
-        """Machines, what waits and why, and provisioner shapes, for ``fluksio placer``.
+        """Machines (with the grants of the calls running on each), what waits and why, and provisioner shapes,
+        for ``fluksio placer`` and the explorer.
 
         With ``stale_after_s``, a waiting call its driver has not kept on the list for that long (the
         driver died; see ``keep_waiting``) is dropped rather than shown waiting forever.
         """
-        now = time.time()
+        now = self._clock()
+        held = self.books.held()
         return {
             "machines": [
                 {
@@ -266,6 +275,9 @@ class Placer:
                     "free_gpu_ids": list(v.free_gpus),
                     "calls": v.calls,
                     "heartbeat_age_s": None if v.heartbeat_age_s is None else round(v.heartbeat_age_s, 1),
+                    # What each running call holds; a grant's id is its call's id (run, node, attempt).
+                    "grants": [{"id": g.id, "cpus": g.cpus, "gpus": list(g.gpus), "ram_mb": g.ram_mb}
+                               for g in sorted(held.get(v.inventory.name, ()), key=lambda g: g.id)],
                 }
                 for v in sorted(self.books.machines(), key=lambda v: v.inventory.name)
             ],

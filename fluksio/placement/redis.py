@@ -139,7 +139,7 @@ class RedisBooks(Books):
         return [self._grant(name, gid, json.loads(value)) for gid, value in zip(held[::2], held[1::2])]
 
     def machines(self) -> list[MachineView]:
-        names = sorted(n.decode() for n in self.redis.smembers(MACHINES_KEY))
+        names = sorted(n.decode() if isinstance(n, bytes) else n for n in self.redis.smembers(MACHINES_KEY))
         if not names:
             return []
         pipe = self.redis.pipeline(transaction=False)
@@ -163,6 +163,14 @@ class RedisBooks(Books):
                 free_gpus=free_gpus, calls=int(calls), heartbeat_age_s=max(0.0, now - float(beat)),
             ))
         return views
+
+    def held(self) -> dict[str, list[Grant]]:
+        names = sorted(n.decode() if isinstance(n, bytes) else n for n in self.redis.smembers(MACHINES_KEY))
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.hgetall(GRANTS_KEY + name)
+        return {name: [self._grant(name, gid, json.loads(value)) for gid, value in sorted(grants.items())]
+                for name, grants in zip(names, pipe.execute())}
 
     def alive(self, name: str) -> bool:
         return bool(self.redis.exists(HEARTBEAT_KEY + name))

@@ -21,19 +21,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fluksio.provisioners.base import (
-    AttachedCheck,
-    JobState,
-    Poller,
-    Provisioner,
-    ProvisionError,
-)
+from fluksio.provisioners.base import AttachedCheck, Provisioner, ProvisionError
 from fluksio.provisioners.config import (
     SlurmProfile,
     load_profiles,
     parse_profiles,
     profiles_path,
 )
+from fluksio.provisioners.jobs import JobState
+from fluksio.provisioners.poller import Poller
 from fluksio.provisioners.request import MachineRequest, RequestState
 from fluksio.provisioners.store import MemoryRequestStore, RequestStore
 from fluksio.settings import Settings

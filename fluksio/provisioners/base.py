@@ -30,12 +30,12 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from fluksio.errors import ProvisionError
 from fluksio.placement.clamp import fits
 from fluksio.provisioners.config import SlurmProfile
+from fluksio.provisioners.jobs import JobState
 from fluksio.provisioners.request import MachineRequest, RequestState
 from fluksio.provisioners.store import MemoryRequestStore, RequestStore
 from fluksio.provisioners.submitter import Submitter
@@ -47,26 +47,6 @@ log = logging.getLogger(__name__)
 #: job that can never start is not resubmitted in a loop; meanwhile :meth:`Provisioner.request` returns
 #: the ended request, whose outcome says why.
 RETRY_AFTER_S = 60.0
-#: Job states after which a job no longer runs (Slurm's names; the fake uses the same).
-ENDED_JOB_STATES = frozenset({
-    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-    "REVOKED", "SPECIAL_EXIT", "TIMEOUT",
-})
-
-
-@dataclass(frozen=True)
-class JobState:
-    """What the scheduler says of one job."""
-
-    state: str
-    #: Why it is in that state (Slurm's ``%r``: ``Resources``, ``JobHeldUser`` …), when it says.
-    reason: str | None = None
-
-    @property
-    def ended(self) -> bool:
-        return self.state in ENDED_JOB_STATES
-
-
 #: ``is_attached(machine_name)``: whether a worker of that name is attached (its heartbeat key exists).
 AttachedCheck = Callable[[str], bool]
 #: ``listener(request)``: a submission finished (the request has its job id, or failed); see
@@ -306,7 +286,7 @@ class Provisioner(ABC):
         rows = []
         for profile in self.profiles.values():
             last = self.store.last(profile.name)
-            base = {"profile": profile.name, "kind": self.kind, "host": profile.host or "local",
+            base: dict[str, Any] = {"profile": profile.name, "kind": self.kind, "host": profile.host or "local",
                     "shape": profile.shape.model_dump(), "labels": list(profile.labels),
                     "last": last.outcome if last is not None else None}
             if not live.get(profile.name):
@@ -418,44 +398,3 @@ class Provisioner(ABC):
     @abstractmethod
     def _cancel(self, profile: SlurmProfile, job_id: str) -> None:
         """Cancel the job (idempotent: a job that already ended is no error). Raises :class:`ProvisionError`."""
-
-
-class Poller:
-    """Calls :meth:`Provisioner.poll` every ``interval_s`` seconds on a daemon thread, until stopped.
-
-    ``on_change`` receives the requests whose state changed (e.g. to wake drivers whose run's reason
-    should now say a job was cancelled), and each request whose submission just finished (it has its
-    job id now, or failed); it is called with no lock held.
-    """
-
-    def __init__(self, provisioner: Provisioner, interval_s: float = 5.0,
-                 on_change: Callable[[list[MachineRequest]], None] | None = None) -> None:
-        self.provisioner = provisioner
-        self.interval_s = interval_s
-        self.on_change = on_change
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fluksio-provisioner-poll", daemon=True)
-
-    def start(self) -> Poller:
-        self.provisioner.add_listener(self._submitted)
-        self._thread.start()
-        return self
-
-    def _submitted(self, request: MachineRequest) -> None:
-        if self.on_change is not None:
-            self.on_change([request])
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                changed = self.provisioner.poll()
-                if changed and self.on_change is not None:
-                    self.on_change(changed)
-            except Exception:  # Redis or the cluster away for a moment: the next poll tries again
-                log.warning("polling the provisioner failed", exc_info=True)
-
-    def stop(self) -> None:
-        self.provisioner.remove_listener(self._submitted)
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(self.interval_s + 5)

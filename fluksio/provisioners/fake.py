@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fluksio.provisioners.base import JobState, Provisioner, ProvisionError
+from fluksio.provisioners.base import Provisioner, ProvisionError
 from fluksio.provisioners.config import SlurmProfile
+from fluksio.provisioners.jobs import JobState
 from fluksio.provisioners.request import MachineRequest
 from fluksio.provisioners.store import RequestStore
 

@@ -25,14 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fluksio.provisioners.base import (
-    AttachedCheck,
-    JobState,
-    Provisioner,
-    ProvisionError,
-)
+from fluksio.provisioners.base import AttachedCheck, Provisioner, ProvisionError
 from fluksio.provisioners.config import SlurmProfile
 from fluksio.provisioners.credentials import CREDENTIALS_DIR, REMOTE_WRITE, file_name, write_private
+from fluksio.provisioners.jobs import JobState
 from fluksio.provisioners.request import MachineRequest
 from fluksio.provisioners.slurm_script import (
     batch_script,

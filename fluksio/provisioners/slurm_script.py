@@ -64,6 +64,8 @@ def credentials_text(secrets: dict[str, str]) -> str:
 def _render(name: str, value: Any, cwd: Path) -> tuple[str, bool]:
     """The setting as an environment value, and whether a relative path in it was made absolute."""
     if name == "artifacts_dir":
+        if isinstance(value, str) and "://" in value:
+            return value, False  # an object store's URL is the same from every host
         path = Path(str(value))
         return str(_absolute(path, cwd)), not path.is_absolute()
     if name == "flows":

@@ -23,7 +23,7 @@ def canonical(value: Any) -> str:
 
 def cache_key(flow: str, node: NodeSpec, code_digest: str | None, inputs: dict[str, Any]) -> str:
     """The key of one node call. Pure: the same call always gets the same key."""
-    identity = {
+    identity: dict[str, Any] = {
         "flow": flow, "node": node.name, "requires": list(node.requires), "provides": list(node.provides),
         "streams": list(node.streams), "code": code_digest, "inputs": inputs,
     }

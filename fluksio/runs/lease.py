@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError
 
 from fluksio.errors import FluksioError
 from fluksio.schemas import RunStatus
+from fluksio.store import family as store_family
 from fluksio.store import runs as run_rows
 from fluksio.store.db import Database
 
@@ -44,6 +45,13 @@ def sweep_once(db: Database, stale_after_s: float, spare: Collection[str] = (), 
         for run_id, flow in run_rows.stale_queued(db, stale_after_s, drivable):
             log.warning("run %s was queued for over %g s with no driver; handed over again", run_id,
                         stale_after_s)
+            hand_over(run_id, flow, False)
+        for run_id, flow in store_family.stale_woken(db, stale_after_s, drivable):
+            log.warning("run %s was woken by its children over %g s ago and no driver took it; handed over again",
+                        run_id, stale_after_s)
+            hand_over(run_id, flow, False)
+        for run_id, flow in store_family.parked_with_news(db, drivable):
+            log.warning("run %s is parked, but a child of it ended and it was not woken; woken now", run_id)
             hand_over(run_id, flow, False)
     # One attempt each: a sweeper that cannot reach the store must not sit in retries and then judge
     # leases that nobody could refresh meanwhile.

@@ -14,7 +14,9 @@ from numbers import Real
 from typing import TypeVar
 
 from fluksio.store.db import Database
-from fluksio.store.metrics import latest_metrics, read_metrics, upsert_metrics
+from fluksio.store.metrics import latest_metrics, latest_metrics_of_runs, read_metrics, series_sizes, upsert_metrics
+from fluksio.store.models import RunNode
+from fluksio.store.nodes import cached_rows_of
 from fluksio.store.runs import node_rows
 
 T = TypeVar("T")
@@ -70,9 +72,7 @@ def _following_cache(db: Database, run_id: str, read: Callable[[Database, str], 
                 origins[row.cached_from] = read(db, row.cached_from)
             origin = origins[row.cached_from]
             for message in row.outputs:
-                # An element's series carry its index, here and in the run it came from (which may differ).
-                name = message if row.element < 0 else f"{message}[{row.element}]"
-                there = message if row.cached_element is None else f"{message}[{row.cached_element}]"
+                name, there = _names(message, row)
                 if there in origin and name not in found:
                     found[name] = origin[there]
     return dict(sorted(found.items(), key=lambda item: _series_order(item[0])))
@@ -88,7 +88,42 @@ def latest_of(db: Database, run_id: str) -> dict[str, tuple[int, float]]:
     return _following_cache(db, run_id, latest_metrics)
 
 
+def _names(message: str, row: RunNode) -> tuple[str, str]:
+    """A cached row's series of ``message``: its name in the row's run, and in the run it came from — an
+    element's series carry its index, here and there (which may differ)."""
+    name = message if row.element is None or row.element < 0 else f"{message}[{row.element}]"
+    there = message if row.cached_element is None else f"{message}[{row.cached_element}]"
+    return name, there
+
+
 def _series_order(name: str) -> tuple[str, int]:
     """``loss`` before ``loss[0]`` before ``loss[2]`` before ``loss[10]``: elements in index order."""
     base, _, index = name.partition("[")
     return base, int(index[:-1]) if index[:-1].isdigit() else -1
+
+
+def sources_of(db: Database, run_id: str) -> dict[str, tuple[str, int]]:
+    """Each metric of the run: the run whose rows hold its points (itself, or for a node restored from the
+    cache the run that made it, as in :func:`series_of`) and how many points it has. Sorted by name.
+
+    What a reader of one series at a time needs (``store.metrics.read_series``), without reading every point.
+    """
+    own = {name: (run_id, count) for name, count in series_sizes(db, run_id).items()}
+    return _following_cache(db, run_id, lambda _db, rid: own if rid == run_id else
+                            {name: (rid, count) for name, count in series_sizes(db, rid).items()})
+
+
+def latest_of_runs(db: Database, run_ids: list[str]) -> dict[str, dict[str, tuple[int, float]]]:
+    """:func:`latest_of` of many runs (a page of them) in three queries, whatever their number."""
+    found = latest_metrics_of_runs(db, run_ids)
+    cached = cached_rows_of(db, run_ids)
+    origins = latest_metrics_of_runs(db, sorted({row.cached_from for row in cached if row.cached_from}))
+    for row in cached:
+        origin = origins.get(row.cached_from or "", {})
+        mine = found.setdefault(row.run_id, {})
+        for message in row.outputs or {}:
+            name, there = _names(message, row)
+            if there in origin and name not in mine:
+                mine[name] = origin[there]
+    return {run_id: dict(sorted(found.get(run_id, {}).items(), key=lambda item: _series_order(item[0])))
+            for run_id in run_ids}

@@ -6,22 +6,28 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy.exc import DBAPIError
 
-from fluksio.artifacts.local import LocalArtifactStore
+from fluksio.artifacts.factory import open_store
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import ConfigError
 from fluksio.flows.registry import FlowRegistry
 from fluksio.placement.placer import Placer
 from fluksio.provisioners.base import Provisioner
+from fluksio.runs import family
 from fluksio.runs.events import Events, MemoryEvents, RedisEvents
 from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
 from fluksio.schemas import Inventory, RunStatus
 from fluksio.settings import Settings, redact_url
+from fluksio.store import runs as run_rows
 from fluksio.store.db import Database
+
+if TYPE_CHECKING:
+    from redis import Redis  # the embedded default never loads redis-py
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,14 @@ class RunEndListener(Protocol):
 
 @dataclass
 class Runtime:
+    """What every part of one fluksio process shares: settings, run store, artifact store, flows, placer,
+    inboxes and events, built once (:meth:`embedded`, :meth:`distributed`, :meth:`standalone`).
+
+    The embedded runtime keeps books, inboxes and events in this process; the distributed one in the
+    broker's Redis, shared by every host. ``driving`` holds the runs this process drives now (its sweeper
+    spares them); ``stopping`` is set when the process shuts down and its drivers hand their runs over.
+    """
+
     settings: Settings
     db: Database
     artifacts: ArtifactStore
@@ -47,23 +61,27 @@ class Runtime:
     #: The machine this process's node worker is, if it runs one.
     machine: str = field(default_factory=socket.gethostname)
     #: The Redis client of the distributed mode (``None`` when embedded).
-    redis: object | None = None
+    redis: Redis | None = None
     #: Runs this process is driving now (its sweeper spares them: they are alive).
     driving: set[str] = field(default_factory=set)
     #: Set when this process shuts down: drivers hand their runs over instead of holding the exit up.
     stopping: threading.Event = field(default_factory=threading.Event)
     #: Starts machines on demand (Slurm), when the installation has profiles; distributed mode only.
     provisioner: Provisioner | None = None
+    #: ``hand_over(run_id, flow)`` sends a run to a driver (the drive task); set by the Celery app built on
+    #: this runtime. A child run's end uses it to wake its parked parent.
+    hand_over: Callable[[str, str], None] | None = None
     #: The alert dispatcher, when the installation has alert rules (``fluksio.triggers.alerts.attach_alerts``
     #: builds it from the settings: the front doors and driver processes call it, as they start).
     alerts: RunEndListener | None = None
 
     @classmethod
     def embedded(cls, settings: Settings) -> Runtime:
-        """Everything in this process: the run store, local artifacts, in-memory books and inboxes."""
+        """Everything in this process: the run store, the artifact store, in-memory books and inboxes."""
+        artifacts = open_store(settings, check=True)  # an unusable bucket is said now, not in a run
         db = _database(settings)
         machine = settings.machine_name or socket.gethostname()
-        runtime = cls(settings=settings, db=db, artifacts=LocalArtifactStore(settings.artifacts_dir),
+        runtime = cls(settings=settings, db=db, artifacts=artifacts,
                       registry=_registry(settings), placer=Placer(), inbox=MemoryInbox(),
                       events=MemoryEvents(), machine=machine)
         runtime.placer.attach(local_inventory(settings, machine))
@@ -72,6 +90,7 @@ class Runtime:
     @classmethod
     def distributed(cls, settings: Settings, machine: str | None = None) -> Runtime:
         """Books, inboxes and events in the broker's Redis; shared by every host."""
+        artifacts = open_store(settings, check=True)  # a worker with an unusable bucket refuses to start
         import redis
         from redis.backoff import ExponentialBackoff
         from redis.exceptions import AuthenticationError
@@ -98,7 +117,7 @@ class Runtime:
         books = RedisBooks(client, settings.heartbeat_ttl_s)
         provisioner = _provisioner(settings, client)
         placer = Placer(books, provisioner_shapes=provisioner.shapes() if provisioner else ())
-        return cls(settings=settings, db=_database(settings), artifacts=LocalArtifactStore(settings.artifacts_dir),
+        return cls(settings=settings, db=_database(settings), artifacts=artifacts,
                    registry=_registry(settings), placer=placer, inbox=RedisInbox(client),
                    events=RedisEvents(client),
                    machine=machine or settings.machine_name or socket.gethostname(), redis=client,
@@ -108,7 +127,7 @@ class Runtime:
     def standalone(cls, settings: Settings) -> Runtime:
         """Just the store, artifacts and flows: for a child process that runs one node call."""
         return cls(settings=settings, db=Database(settings.database_url, outage_s=settings.db_outage_s),
-                   artifacts=LocalArtifactStore(settings.artifacts_dir), registry=_registry(settings),
+                   artifacts=open_store(settings), registry=_registry(settings),
                    placer=Placer(), inbox=MemoryInbox(), events=MemoryEvents())
 
     def stop_driving(self) -> None:
@@ -121,7 +140,15 @@ class Runtime:
                 log.debug("could not wake the driver of %s", run_id, exc_info=True)
 
     def run_ended(self, run_id: str, status: RunStatus) -> None:
-        """A run ended here (its end is written): tell the alerts. Never raises, never waits on the network."""
+        """A run ended here (its end is written): tell its parent (a subflow's child) and the alerts.
+
+        Never raises: whoever ended the run has done its part; what is told is looked after by others too
+        (a parent woken late is found by the sweepers, see ``store.family.stale_woken``).
+        """
+        try:
+            family.tell_parent(self, run_rows.get_run(self.db, run_id))
+        except Exception:
+            log.exception("could not tell the parent of run %s that it ended", run_id)
         if self.alerts is None:
             return
         try:
@@ -136,7 +163,7 @@ class Runtime:
         self.db.dispose()
 
 
-def _provisioner(settings: Settings, client: object) -> Provisioner | None:
+def _provisioner(settings: Settings, client: Redis) -> Provisioner | None:
     from fluksio.constants import HEARTBEAT_KEY
     from fluksio.provisioners import create_provisioner, load_profiles, profiles_path
     from fluksio.provisioners.redis_store import RedisRequestStore

@@ -141,8 +141,9 @@ def check_priority(priority: Any) -> int:
 
 
 def check_placeable(flow: Flow, machines: list[Inventory]) -> None:
-    """In the embedded default no other machine can ever attach: refuse labels nobody carries now."""
-    for node in flow.nodes.values():
+    """In the embedded default no other machine can ever attach: refuse labels nobody carries now (in the
+    flow, and in the flows it runs as subflows)."""
+    for node in (n for f in (flow, *flow.subflows()) for n in f.nodes.values()):
         if node.device is None or node.device_policy is not DevicePolicy.REQUIRE:
             continue
         if not any(m.carries(node.device) for m in machines):
@@ -182,10 +183,13 @@ def submit_run(
     priority: int = 0,
     schedule: str | None = None,
     schedule_tick: datetime | None = None,
+    parent_id: str | None = None,
+    parent_node: str | None = None,
 ) -> tuple[Run, bool]:
     """Journal a run. Returns the row and whether it is new (``False``: an idempotent retry).
 
-    ``schedule`` and ``schedule_tick``: the schedule whose tick (a UTC time) submits the run.
+    ``schedule`` and ``schedule_tick``: the schedule whose tick (a UTC time) submits the run;
+    ``parent_id`` and ``parent_node``: the run and the call (``trial[2]``) whose child run this is.
     """
     if idempotency_key is not None:
         if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 200:
@@ -207,6 +211,6 @@ def submit_run(
         params=values, params_digest=params_digest(values, seed), seed=seed, group_id=group,
         status=RunStatus.QUEUED.value, created_at=utcnow(), engine=engine, idempotency_key=idempotency_key,
         no_cache=bool(no_cache), cancel_requested=False, priority=priority, schedule=schedule,
-        schedule_tick=schedule_tick,
+        schedule_tick=schedule_tick, parent_id=parent_id, parent_node=parent_node,
     )
     return insert_run(db, run)

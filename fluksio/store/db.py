@@ -80,6 +80,9 @@ def _begin_immediate(connection: Connection) -> None:
     against SQLite's handler, alternating: submit p99 25.8–31.3 ms against 34.5–35.4 ms.
     """
     sqlite = connection.connection.driver_connection
+    if sqlite is None:  # a connection already closed: SQLAlchemy reconnects (and its errors are retried)
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        return
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
     pause = 0.0005
     try:

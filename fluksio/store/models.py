@@ -89,6 +89,9 @@ class Run(Base):
     #: A subflow's child run: the run whose node called it, and which call (``trial[2]``).
     parent_id: Mapped[str | None] = mapped_column(String(26), index=True)
     parent_node: Mapped[str | None] = mapped_column(String(220))
+    #: A running run whose driver let go while only its child runs were running: ``parked``; once a child's
+    #: end has asked for a driver again: ``woken``. ``None`` for a run that is driven (or not running).
+    park_state: Mapped[str | None] = mapped_column(String(8))
     #: The schedule whose tick submitted the run, and that tick's time.
     schedule: Mapped[str | None] = mapped_column(String(200), index=True)
     schedule_tick: Mapped[datetime | None] = mapped_column(UTCDateTime)

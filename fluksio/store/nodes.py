@@ -101,9 +101,10 @@ def artifacts_of(db: Database, run_id: str) -> list[RunArtifact]:
 
 @retried
 def artifact_by_digest(db: Database, digest: str) -> RunArtifact | None:
-    """A row of some run that made the artifact ``digest`` (``None``: no run did)."""
+    """A row of some run's artifact with these bytes (the oldest), ``None`` when no run made them."""
     with db.read() as session:
-        return session.scalars(select(RunArtifact).where(RunArtifact.digest == digest).limit(1)).first()
+        return session.scalars(select(RunArtifact).where(RunArtifact.digest == digest)
+                               .order_by(RunArtifact.id).limit(1)).first()
 
 
 @retried
@@ -114,3 +115,13 @@ def artifact_of_run(db: Database, run_id: str, name: str) -> RunArtifact | None:
             select(RunArtifact).where(RunArtifact.run_id == run_id,
                                       (RunArtifact.message == name) | (RunArtifact.name == name)).limit(1)
         ).first()
+
+
+@retried
+def cached_rows_of(db: Database, run_ids: Sequence[str]) -> list[RunNode]:
+    """The node rows of these runs that were restored from the cache (``cached_from`` set)."""
+    if not run_ids:
+        return []
+    with db.read() as session:
+        return list(session.scalars(select(RunNode).where(RunNode.run_id.in_(list(run_ids)),
+                                                          RunNode.cached_from.is_not(None))))

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import func, select, update
+from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.exc import IntegrityError
 
 from fluksio.errors import RunNotFound, RunRejected
@@ -18,6 +19,11 @@ from fluksio.store.status import RESUMABLE, allowed_from
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def _rowcount(result: Result[Any]) -> int:
+    """How many rows an UPDATE changed (its result is a cursor result; the session types it as a plain one)."""
+    return cast("CursorResult[Any]", result).rowcount
 
 
 @retried
@@ -55,7 +61,7 @@ def transition_once(db: Database, run_id: str, target: RunStatus, epoch: int | N
             .where(Run.id == run_id, Run.status.in_(allowed_from(target)), *_mine(epoch))
             .values(status=target.value, **values)
         )
-        return result.rowcount == 1
+        return _rowcount(result) == 1
 
 
 transition = retried(transition_once)
@@ -88,10 +94,10 @@ def _mine(epoch: int | None) -> list[Any]:
 def refresh_lease(db: Database, run_id: str, epoch: int | None = None) -> tuple[bool, bool]:
     """Extend the lease. Returns (still ours: ``running`` in our epoch; a cancel was requested)."""
     with db.write() as session:
-        held = session.execute(
+        held = _rowcount(session.execute(
             update(Run).where(Run.id == run_id, Run.status == RunStatus.RUNNING.value, *_mine(epoch))
             .values(lease_at=utcnow())
-        ).rowcount == 1
+        )) == 1
         return held, bool(session.scalar(select(Run.cancel_requested).where(Run.id == run_id)))
 
 
@@ -128,7 +134,7 @@ def requeue_stale_once(db: Database, stale_after_s: float, flows: Collection[str
     """
     now = utcnow()
     with db.write() as session:
-        return [(run_id, flow) for run_id, flow in session.execute(
+        return [(str(run_id), str(flow)) for run_id, flow in session.execute(
             update(Run)
             .where(*_stale(now, stale_after_s, spare), Run.flow.in_(list(flows)), Run.cancel_requested.is_(False))
             .values(**_requeued(RunStatus.ABANDONED, f"resumed automatically: {_lease_lost(stale_after_s)}", now))
@@ -147,12 +153,12 @@ def requeue_handed_over(db: Database, run_id: str, epoch: int, reason: str) -> b
     Returns whether the run was still this driver's to hand over.
     """
     with db.write() as session:
-        return session.execute(
+        return _rowcount(session.execute(
             update(Run)
             .where(Run.id == run_id, Run.status == RunStatus.RUNNING.value, Run.cancel_requested.is_(False),
                    *_mine(epoch))
             .values(**_requeued(RunStatus.ABANDONED, f"resumed automatically: {reason}"))
-        ).rowcount == 1
+        )) == 1
 
 
 def _requeued(previous: RunStatus, reason: str, now: datetime | None = None) -> dict[str, Any]:
@@ -162,12 +168,14 @@ def _requeued(previous: RunStatus, reason: str, now: datetime | None = None) -> 
     # lease (which would make a freshly resumed run look long lost and send it to a driver twice).
     return dict(status=RunStatus.QUEUED.value, resumed_from=previous.value, resumed_at=now,
                 resume_count=Run.resume_count + 1, lease_at=now, cancel_requested=False, finished_at=None,
-                result=None, duration_ms=None, status_reason=reason)
+                result=None, duration_ms=None, status_reason=reason, park_state=None)
 
 
 def _stale(now: datetime, stale_after_s: float, spare: Collection[str]) -> list[Any]:
     cutoff = now - timedelta(seconds=stale_after_s)
-    return [Run.status == RunStatus.RUNNING.value, Run.lease_at < cutoff, Run.id.not_in(list(spare))]
+    # A parked run has no driver on purpose (its children run); a woken one is looked after by stale_woken.
+    return [Run.status == RunStatus.RUNNING.value, Run.lease_at < cutoff, Run.id.not_in(list(spare)),
+            Run.park_state.is_(None)]
 
 
 def _lease_lost(stale_after_s: float) -> str:
@@ -191,7 +199,7 @@ def stale_queued(db: Database, stale_after_s: float, flows: Collection[str]) -> 
     now = utcnow()
     cutoff = now - timedelta(seconds=stale_after_s)
     with db.write() as session:
-        return [tuple(row) for row in session.execute(
+        return [(str(run_id), str(flow)) for run_id, flow in session.execute(
             update(Run)
             .where(Run.status == RunStatus.QUEUED.value, func.coalesce(Run.lease_at, Run.created_at) < cutoff,
                    Run.flow.in_(list(flows)))
@@ -209,11 +217,11 @@ def resume(db: Database, run_id: str) -> RunStatus:
         hint = "it finished ok; submit it again to rerun" if previous is RunStatus.OK else "it has not ended"
         raise RunRejected(f"run {run.id} is {previous.value}: nothing to resume ({hint})")
     with db.write() as session:
-        moved = session.execute(
+        moved = _rowcount(session.execute(
             update(Run)
             .where(Run.id == run.id, Run.status == previous.value)
             .values(**_requeued(previous, f"resumed from {previous.value}"))
-        ).rowcount
+        ))
     if not moved:
         raise RunRejected(f"run {run.id} changed status while being resumed; look at it again")
     return previous
@@ -233,7 +241,7 @@ def finish(db: Database, run_id: str, status: RunStatus, reason: str | None, res
     now = utcnow()
     duration = int((now - started).total_seconds() * 1000) if started else None
     return transition_once(db, run_id, status, epoch, status_reason=reason, result=result, finished_at=now,
-                           duration_ms=duration)
+                           duration_ms=duration, park_state=None)
 
 
 @retried
@@ -252,12 +260,12 @@ def cancel_run(db: Database, run_id: str, reason: str) -> tuple[RunStatus, bool]
 def _cancel(db: Database, run_id: str, reason: str) -> tuple[RunStatus, bool]:
     run = get_run(db, run_id)
     with db.write() as session:
-        cancelled_queued = session.execute(
+        cancelled_queued = _rowcount(session.execute(
             update(Run)
             .where(Run.id == run.id, Run.status == RunStatus.QUEUED.value)
             .values(status=RunStatus.CANCELLED.value, status_reason=reason, finished_at=utcnow(),
                     cancel_requested=True)
-        ).rowcount
+        ))
         if not cancelled_queued:
             session.execute(
                 update(Run)
@@ -288,9 +296,27 @@ def get_run(db: Database, run_id: str) -> Run:
 @retried
 def list_runs(
     db: Database, flow: str | None = None, status: str | None = None, group: str | None = None, limit: int = 50,
-    schedule: str | None = None,
+    schedule: str | None = None, parent: str | None = None, offset: int = 0,
 ) -> list[Run]:
-    query = select(Run).order_by(Run.id.desc()).limit(limit)
+    """Runs newest first (ids sort by submission), filtered; ``parent``: the child runs of that run's subflows,
+    ``schedule``: the runs that schedule's ticks started."""
+    query = (_filtered(select(Run), flow, status, group, parent, schedule).order_by(Run.id.desc()).limit(limit)
+             .offset(offset))
+    with db.read() as session:
+        return list(session.scalars(query))
+
+
+@retried
+def count_runs(db: Database, flow: str | None = None, status: str | None = None, group: str | None = None,
+               parent: str | None = None, schedule: str | None = None) -> int:
+    """How many runs :func:`list_runs` would page through with these filters."""
+    query = _filtered(select(func.count()).select_from(Run), flow, status, group, parent, schedule)
+    with db.read() as session:
+        return int(session.scalar(query) or 0)
+
+
+def _filtered(query: Any, flow: str | None, status: str | None, group: str | None, parent: str | None,
+              schedule: str | None = None) -> Any:
     if schedule:
         query = query.where(Run.schedule == schedule)
     if flow:
@@ -299,8 +325,16 @@ def list_runs(
         query = query.where(Run.status == status)
     if group:
         query = query.where(Run.group_id == group)
+    if parent:
+        query = query.where(Run.parent_id == parent)
+    return query
+
+
+@retried
+def flow_names(db: Database) -> list[str]:
+    """Every flow that has a run, sorted (what a filter offers to choose from)."""
     with db.read() as session:
-        return list(session.scalars(query))
+        return list(session.scalars(select(Run.flow).distinct().order_by(Run.flow)))
 
 
 @retried

@@ -50,6 +50,8 @@ def create_app(settings: Settings, runtime: Runtime, **overrides: Any) -> Celery
     app = Celery("fluksio", set_as_current=False)
     app.conf.update(celery_config(settings), **overrides)
     app.fluksio_runtime = runtime  # type: ignore[attr-defined]
+    if runtime.hand_over is None:  # every app of one runtime talks to the same broker: the first one will do
+        runtime.hand_over = lambda run_id, flow: send_drive(app, run_id, flow)
     register_drive_task(app, interrupt_local=interrupt if settings.embedded else None)
     register_call_task(app)
     return app

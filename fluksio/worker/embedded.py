@@ -81,7 +81,7 @@ def private_memory_transport(drain_timeout_s: float) -> type[memory.Transport]:
             super()._put(queue, message, **kwargs)
             arrivals.mark(queue)
 
-    def drain_events(self: memory.Transport, connection: object, timeout: float | None = None) -> None:
+    def drain_events(self: Any, connection: object, timeout: float | None = None) -> None:
         timeout_s = min(timeout or drain_timeout_s, drain_timeout_s)
         queues = [q for channel in self.channels for q in channel._active_queues]
         seen = arrivals.seen(queues)
@@ -149,6 +149,8 @@ def thread_pool_for(app: Celery, role: str) -> type[ThreadTaskPool]:
     """
 
     class AppThreadPool(ThreadTaskPool):
+        executor: Any
+
         def __init__(self, *args: object, **kwargs: object) -> None:
             super().__init__(*args, **kwargs)
             self.executor.shutdown(wait=False)  # the stock executor has started no thread yet

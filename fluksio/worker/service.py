@@ -141,8 +141,13 @@ def start_poller(runtime: Runtime) -> Poller | None:
     if runtime.provisioner is None:
         return None
     redis_client = runtime.redis
+    assert redis_client is not None  # provisioners exist only in the distributed mode
+
+    def wake_drivers(_changed: object) -> None:
+        redis_client.publish(CHANGES_CHANNEL, "provision")
+
     return Poller(runtime.provisioner, interval_s=min(2.0, runtime.settings.heartbeat_interval_s * 2),
-                  on_change=lambda _request: redis_client.publish(CHANGES_CHANNEL, "provision")).start()
+                  on_change=wake_drivers).start()
 
 
 def spawn_beat_process(loglevel: str) -> subprocess.Popen[bytes]:

@@ -41,18 +41,19 @@ class Cluster:
     def settings(self) -> Settings:
         return Settings(
             broker_url=self.env["FLUKSIO_BROKER_URL"], database_url=self.env["FLUKSIO_DATABASE_URL"],
-            artifacts_dir=Path(self.env["FLUKSIO_ARTIFACTS_DIR"]), flows=[str(FLOWS_FILE)],
+            artifacts_dir=self.env["FLUKSIO_ARTIFACTS_DIR"], flows=self.env["FLUKSIO_FLOWS"].split(","),
             heartbeat_interval_s=0.5, heartbeat_ttl_s=2, lease_interval_s=1,
         )
 
     def client(self) -> Client:
         return connect(self.settings())
 
-    def start_worker(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def start_worker(self, name: str, *args: str, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+        """A `fluksio worker` named ``name``, in working directory ``cwd`` (default: this process's)."""
         log = open(self.workdir / f"worker-{name}.log", "ab")  # noqa: SIM115 - kept open for the process
         process = subprocess.Popen(
             [sys.executable, "-m", "fluksio.cli.main", "worker", "--name", name, "--loglevel", "info", *args],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
         )
         self.workers[name] = process
         return process
@@ -103,10 +104,14 @@ class Cluster:
 
 @contextmanager
 def running_cluster(workdir: Path, workers: dict[str, tuple[str, ...]], database_url: str | None = None,
-                    **redis_options: object) -> Iterator[Cluster]:
-    """A redis-server and the named `fluksio worker`s (name → flags), all attached; stopped afterwards."""
+                    env: dict[str, str] | None = None, **redis_options: object) -> Iterator[Cluster]:
+    """A redis-server and the named `fluksio worker`s (name → flags), all attached; stopped afterwards.
+
+    ``env`` adds to (or replaces in) the environment every worker starts with.
+    """
     server = RedisServer(workdir / "redis", **redis_options).start()  # type: ignore[arg-type]
     setup = Cluster(workdir, server, database_url)
+    setup.env.update(env or {})
     try:
         for name, flags in workers.items():
             setup.start_worker(name, *flags)

@@ -153,3 +153,82 @@ class PostgresServer:
         with psycopg.connect(f"postgresql://postgres@127.0.0.1:{self.port}/postgres", autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
+
+
+class MotoServer:
+    """moto's standalone S3-compatible server (the one s3fs's own tests use) on a free 127.0.0.1 port.
+
+    It keeps objects in its own process (spooled to temporary files past a few MB). With ``auth`` it checks
+    every request's credentials against its (empty) IAM, so any key is refused: a server that says no.
+    """
+
+    #: The credentials its clients use (moto accepts any unless ``auth``).
+    CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                   "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def __init__(self, workdir: Path, auth: bool = False) -> None:
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.workdir = workdir
+        self.auth = auth
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a process needs in its environment to use this server."""
+        return {**self.CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint}
+
+    def start(self) -> MotoServer:
+        import importlib.util
+        import sys
+        import urllib.error
+        import urllib.request
+
+        if importlib.util.find_spec("moto") is None or importlib.util.find_spec("flask") is None:
+            message = "moto's server is not installed (pip install -e '.[dev]', which brings 'moto[server]')"
+            if in_ci():
+                pytest.fail(message)
+            pytest.skip(message)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.CREDENTIALS}
+        if self.auth:
+            env["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"
+        log = open(self.workdir / f"moto-{self.port}.log", "ab")  # noqa: SIM115 - kept open for the process
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            try:
+                urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=1).close()
+                return self
+            except urllib.error.HTTPError:
+                return self  # it answered
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"moto's server did not answer on port {self.port}; see {self.workdir}")
+
+    def client(self) -> object:
+        """A boto3 S3 client of this server, for what a test does behind fluksio's back."""
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="testing",
+                            aws_secret_access_key="testing", region_name="us-east-1")
+
+    def create_bucket(self, name: str) -> str:
+        self.client().create_bucket(Bucket=name)  # type: ignore[attr-defined]
+        return name
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+            self.process = None

@@ -93,6 +93,7 @@ def test_demo_runs_and_show_presents_its_loss_and_model(tmp_path: Path) -> None:
     done = fluksio("demo", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "rmse" in done.stdout and "model.json" in done.stdout
+    assert "see it in a browser: fluksio ui, then open http://127.0.0.1:8585/" in done.stderr
     run_id = json.loads(fluksio("runs", "--json", cwd=tmp_path).stdout)[0]["id"]
     shown = fluksio("show", run_id, cwd=tmp_path).stdout
     assert "loss" in shown and "200" in shown  # 200 epochs, one loss step each
@@ -194,3 +195,19 @@ def test_show_lists_the_failed_elements_of_a_mapped_node_and_logs_takes_one_elem
     assert any(row.strip().startswith("check[3]") and "ValueError: bad 3" in row for row in lines)
     logs = fluksio("show", run_id, "--logs", "check[8]", cwd=tmp_path)
     assert logs.returncode == 0 and "checking 8" in logs.stdout and "checking 3" not in logs.stdout
+
+
+def test_the_search_example_runs_its_trials_as_child_runs_listed_with_parent(tmp_path: Path) -> None:
+    done = fluksio("run", f"{REPO / 'examples/search.py'}:search", "-p", "n=3", "-p", "epochs=20", "--seed", "2",
+                   "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    best = record["result"]["best"]
+    assert set(best) == {"lr", "accuracy", "weights"} and best["lr"] in (0.001, 0.02236, 0.5)
+    children = json.loads(fluksio("runs", "--parent", record["id"], "--json", cwd=tmp_path).stdout)
+    assert sorted(c["parent_node"] for c in children) == ["trial[0]", "trial[1]", "trial[2]"]
+    assert {c["flow"] for c in children} == {"train"} and {c["parent_id"] for c in children} == {record["id"]}
+    trials = {n["index"]: n["child_run"] for n in record["nodes"] if n["node"] == "trial"}
+    assert set(trials.values()) == {c["id"] for c in children}
+    shown = fluksio("show", children[0]["id"], cwd=tmp_path)
+    assert f"child of {record['id']}" in shown.stdout and "loss" in shown.stdout

@@ -48,6 +48,19 @@ def test_environment_variables_are_read(monkeypatch):
     assert settings.stale_after_s == 2.5
 
 
+def test_an_object_store_url_stays_a_url_and_a_folder_stays_a_path(monkeypatch):
+    monkeypatch.setenv("FLUKSIO_ARTIFACTS_DIR", "s3://bucket/runs/")
+    assert load_settings().artifacts_dir == "s3://bucket/runs"  # "//" would not survive a Path
+    assert load_settings(artifacts_dir="relative/folder").artifacts_dir == Path("relative/folder")
+    assert load_settings().artifacts_cache == Path(".fluksio/artifacts-cache")
+
+
+def test_an_object_store_url_without_a_bucket_is_an_error_naming_the_setting(monkeypatch):
+    monkeypatch.setenv("FLUKSIO_ARTIFACTS_DIR", "s3://")
+    with pytest.raises(ConfigError, match="artifacts_dir: .*'s3://' names no bucket"):
+        load_settings()
+
+
 def test_constructor_arguments_win_over_the_environment(monkeypatch):
     monkeypatch.setenv("FLUKSIO_CPUS", "12")
     assert load_settings(cpus=3).cpus == 3

@@ -21,7 +21,10 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    engine = create_engine(config.get_main_option("sqlalchemy.url"))
+    url = config.get_main_option("sqlalchemy.url")
+    if url is None:  # Database.alembic_config always sets it
+        raise RuntimeError("alembic: no sqlalchemy.url in the configuration")
+    engine = create_engine(url)
     with engine.begin() as connection:
         _run(connection)
 

@@ -1,4 +1,4 @@
-"""Content-addressed artifacts: digests, the local filesystem store and the memory store."""
+"""Content-addressed artifacts: digests, and the stores (folder, memory, object store over file://)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from fluksio.artifacts import (
     MemoryArtifactStore,
     digest_of,
     is_ref,
+    open_store,
     validate_digest,
 )
 from fluksio.errors import ArtifactError
+from fluksio.settings import Settings
 
 DATA = b"model weights \x00\x01\x02"
 DIGEST = "sha256:" + hashlib.sha256(DATA).hexdigest()
@@ -149,9 +151,12 @@ def test_an_artifact_cannot_be_built_with_a_bad_digest():
 # -- stores ------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["local", "memory"])
+@pytest.fixture(params=["local", "memory", "object"])
 def store(request, tmp_path, monkeypatch) -> ArtifactStore:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the memory store's path() files land here
+    if request.param == "object":  # the object store's code, on fsspec's local filesystem
+        return open_store(Settings(artifacts_dir=f"file://{tmp_path}/bucket/prefix",
+                                   artifacts_cache=tmp_path / "cache"), check=True)
     return LocalArtifactStore(tmp_path / "artifacts") if request.param == "local" else MemoryArtifactStore()
 
 
@@ -184,11 +189,23 @@ def test_missing_digests_are_reported(store):
         store.get(other)
     with pytest.raises(ArtifactError, match="is gone"):
         store.path(other)
+    with pytest.raises(ArtifactError, match="is gone"):
+        store.open(other)
+
+
+def test_open_streams_the_bytes(store):
+    data = os.urandom(3 * (1 << 20) + 5)
+    stored = store.put(Artifact.from_bytes(data))
+    pieces = []
+    with store.open(stored.digest) as handle:
+        for piece in iter(lambda: handle.read(65_536), b""):
+            pieces.append(piece)
+    assert b"".join(pieces) == data and len(pieces) > 1
 
 
 @pytest.mark.parametrize("bad", ["sha256:../../etc/passwd", "sha256:" + "A" * 64, "sha256:abc"])
 def test_stores_validate_digests_before_touching_anything(store, bad, tmp_path):
-    for operation in (store.get, store.exists, store.path):
+    for operation in (store.get, store.exists, store.path, store.open):
         with pytest.raises(ArtifactError, match="is not an artifact digest"):
             operation(bad)
 

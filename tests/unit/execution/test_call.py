@@ -137,3 +137,31 @@ def test_a_completion_names_the_drive_its_call_came_from(tmp_path: Path) -> None
     execute_call(runtime, call_of(runtime, "r.r1.step.1", "epochs", epoch=1))
     completion = runtime.inbox.pop("r", timeout=1)
     assert (completion.status, completion.epoch, completion.outputs) == ("ok", 1, {"y": 2})
+
+
+def test_a_store_that_fails_storing_an_output_fails_only_that_node(tmp_path: Path) -> None:
+    from fluksio import Artifact
+    from fluksio.artifacts import MemoryArtifactStore
+    from fluksio.errors import ArtifactError
+
+    class TimingOut(MemoryArtifactStore):
+        def put(self, artifact: Artifact) -> Artifact:
+            raise ArtifactError("artifact store s3://b/p: could not store artifact sha256:…: ReadTimeoutError")
+
+    runtime = runtime_with_one_machine(tmp_path)
+    runtime.artifacts = TimingOut()
+    flow = Flow("blob")
+
+    @flow.node(provides="blob")
+    def step():
+        print("made it")
+        return Artifact.from_bytes(b"x")
+
+    runtime.registry.register(flow)
+    execute_call(runtime, call_of(runtime, "r.step.1", "blob"))
+    completion = runtime.inbox.pop("r", timeout=1)
+    assert completion.status == "error"
+    assert completion.error == ("node 'step' could not store its outputs: artifact store s3://b/p: could not "
+                                   "store artifact sha256:…: ReadTimeoutError")
+    assert "made it" in completion.logs
+    assert runtime.placer.snapshot()["machines"][0]["free"]["cpus"] == 1

@@ -23,7 +23,7 @@ def test_only_bound_parameters_with_a_real_annotation_get_one():
     assert parameter_types(fn, ["a", "b", "c", "d", "e"], "here") == {"a": int, "e": Cfg}
 
 
-def test_artifact_parameters_are_typed_but_get_no_validator():
+def test_every_annotated_parameter_gets_a_validator_artifacts_too():
     flow = Flow("art")
 
     @flow.node(provides="y")
@@ -32,7 +32,7 @@ def test_artifact_parameters_are_typed_but_get_no_validator():
 
     node = flow.nodes["use"]
     assert node.types == {"model": Artifact, "frame": pd.DataFrame, "n": int}
-    assert set(node.adapters) == {"frame", "n"} and node.takes_artifact("model")
+    assert set(node.adapters) == {"model", "frame", "n"}
 
 
 def test_adapters_are_made_once_per_annotation():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 
 from fluksio.placement.memory import MemoryBooks
@@ -26,8 +25,21 @@ def seen(placer: Placer, name: str) -> dict:
     return entry
 
 
-def placer_with(*inventories, shapes=()) -> Placer:
-    placer = Placer(provisioner_shapes=shapes)
+class Clock:
+    """Seconds since the epoch that move only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def placer_with(*inventories, shapes=(), clock: Clock | None = None) -> Placer:
+    placer = Placer(provisioner_shapes=shapes, clock=clock or Clock())
     for inventory in inventories:
         placer.attach(inventory)
     return placer
@@ -270,6 +282,17 @@ def test_detach_of_an_unknown_machine_returns_nothing():
 
 
 # -- visibility ------------------------------------------------------------------------------------
+
+
+def test_snapshot_lists_each_machine_s_grants_by_call_id_until_given_back():
+    placer = placer_with(machine("box", cpus=4, gpus=(2, 5), ram_mb=16_000, labels=("gpu",)), machine("cpu", cpus=2))
+    fit = placer.try_claim(req("R1.fit.1", cpus=2, gpus=2, ram_mb=500, device="gpu"))
+    load = placer.try_claim(req("R1.load.1", cpus=1))
+    assert isinstance(fit, Grant) and isinstance(load, Grant)
+    assert seen(placer, "box")["grants"] == [{"id": "R1.fit.1", "cpus": 2, "gpus": list(fit.gpus), "ram_mb": 500}]
+    assert seen(placer, "cpu")["grants"] == [{"id": "R1.load.1", "cpus": 1, "gpus": [], "ram_mb": 0}]
+    placer.release(fit)
+    assert seen(placer, "box")["grants"] == [] and seen(placer, "cpu")["calls"] == 1
 
 
 def test_snapshot_lists_machines_waiting_calls_and_provisioners():
@@ -557,21 +580,23 @@ def waiting_nodes(placer: Placer, stale_after_s: float | None = None) -> list[st
 
 
 def test_a_waiting_call_nobody_keeps_is_dropped_once_stale():
-    placer = placer_with(machine("m", cpus=1))
+    clock = Clock()
+    placer = placer_with(machine("m", cpus=1), clock=clock)
     assert isinstance(placer.try_claim(req("busy")), Grant)
     assert isinstance(placer.try_claim(req("kept")), Waiting)
     assert isinstance(placer.try_claim(req("orphan")), Waiting)
-    time.sleep(0.3)
+    clock.advance(0.3)
     placer.keep_waiting(["kept"])  # its driver is alive; the orphan's died
     assert sorted(waiting_nodes(placer, stale_after_s=0.2)) == ["kept"]
     assert waiting_nodes(placer) == ["kept"]  # the orphan is gone from the books, not only from the view
 
 
 def test_without_a_stale_limit_every_waiting_call_is_listed():
-    placer = placer_with(machine("m", cpus=1))
+    clock = Clock()
+    placer = placer_with(machine("m", cpus=1), clock=clock)
     placer.try_claim(req("busy"))
     placer.try_claim(req("a"))
-    time.sleep(0.05)
+    clock.advance(0.05)
     assert waiting_nodes(placer) == ["a"]
     assert waiting_nodes(placer, stale_after_s=60) == ["a"]
 
@@ -606,10 +631,11 @@ def test_a_grant_of_a_machine_that_attached_again_is_lost():
 
 
 def test_a_long_waiting_call_whose_reason_changes_stays_listed():
-    placer = placer_with(machine("m", cpus=1, ram_mb=100))
+    clock = Clock()
+    placer = placer_with(machine("m", cpus=1, ram_mb=100), clock=clock)
     placer.try_claim(req("busy"))
     placer.try_claim(req("w"))  # waits for a cpu
-    time.sleep(0.3)
+    clock.advance(0.3)
     placer.keep_waiting(["w"])
     placer.try_claim(req("w", ram_mb=100))  # now it also waits for RAM: a new reason, noted now
     assert waiting_nodes(placer, stale_after_s=0.2) == ["w"]

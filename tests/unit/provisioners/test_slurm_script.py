@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fluksio.provisioners.base import JobState, ProvisionError
+from fluksio.provisioners.base import ProvisionError
 from fluksio.provisioners.config import SlurmProfile
+from fluksio.provisioners.jobs import JobState
 from fluksio.provisioners.request import MachineRequest, RequestState
 from fluksio.provisioners.slurm import CommandResult, SlurmProvisioner, run_command
 from fluksio.provisioners.slurm_script import (
@@ -115,6 +116,11 @@ def test_a_setting_that_differs_from_its_default_is_exported(tmp_path: Path) -> 
     assert env == {"FLUKSIO_BROKER_URL": "redis://h:1/0", "FLUKSIO_AUTO_RESUME": "true",
                    "FLUKSIO_STALE_AFTER_S": "30.0", "FLUKSIO_ARTIFACTS_DIR": f"{tmp_path}/.fluksio/artifacts",
                    "FLUKSIO_DATABASE_URL": f"sqlite:///{tmp_path}/.fluksio/fluksio.db"}
+
+
+def test_an_object_store_url_is_exported_as_it_is(tmp_path: Path) -> None:
+    env = worker_environment(Settings(artifacts_dir="s3://bucket/fluksio"), tmp_path)
+    assert env["FLUKSIO_ARTIFACTS_DIR"] == "s3://bucket/fluksio"
 
 
 def test_a_relative_sqlite_file_is_made_absolute(tmp_path: Path) -> None:

@@ -139,7 +139,7 @@ def main() -> None:
     elapsed: dict[str, float] = {}
     failures: list[str] = []
     for name in selected:
-        extra = ["--prefect-python", args.prefect_python] if name == "peers" and args.prefect_python else []
+        extra = ["--prefect-python", args.prefect_python] if name in ("peers", "values") and args.prefect_python else []
         got, seconds, failure = run_one(name, run_mode, args.repeat, extra)
         figures += got
         elapsed[name] = seconds

@@ -129,24 +129,29 @@ def direct_hops(kind: str, mib: int, repeat: int, workdir: Path) -> list[float]:
 
 
 def child_prefect(kind: str, mib: int, repeat: int) -> list[float]:
+    import uuid
+
     from prefect import flow, task
 
+    # Persisted (pickled and written: Prefect's result store) under its default cache policy; ``nonce`` makes
+    # each run's inputs its own, so no repeat is served from that cache (a task without a cache key, as under
+    # NO_CACHE, is not persisted at all).
     @task(persist_result=True)
-    def prefect_make(kind: str, mib: int) -> tuple[Any, float]:
+    def prefect_make(kind: str, mib: int, nonce: str) -> tuple[Any, float]:
         value = make_value(kind, mib)
         return value, time.perf_counter()
 
     @task(persist_result=True)
-    def prefect_take(made: tuple[Any, float]) -> float:
+    def prefect_take(made: tuple[Any, float], nonce: str) -> float:
         arrived = time.perf_counter()
         return arrived - made[1]
 
     @flow(name="bench-value-hop", persist_result=True, log_prints=False)
-    def two_tasks(kind: str, mib: int) -> float:
-        return prefect_take(prefect_make(kind, mib))
+    def two_tasks(kind: str, mib: int, nonce: str) -> float:
+        return prefect_take(prefect_make(kind, mib, nonce), nonce)
 
-    two_tasks(kind, 1)  # warm-up (and Prefect's temporary server starting)
-    return [two_tasks(kind, mib) for _ in range(repeat)]
+    two_tasks(kind, 1, uuid.uuid4().hex)  # warm-up (and Prefect's temporary server starting)
+    return [two_tasks(kind, mib, uuid.uuid4().hex) for _ in range(repeat)]
 
 
 def prefect_hops(python: str, kind: str, mib: int, repeat: int, workdir: Path) -> list[float] | str:
@@ -206,6 +211,9 @@ def measure(sizes: list[int], repeat: int, prefect_python: str, budget_s: float)
                 peer = prefect_hops(prefect_python, kind, mib, repeat, workdir)
                 if isinstance(peer, str):
                     harness.progress(peer)
+                    if not peer.startswith("Prefect is not installed"):  # it is, and failed: the table says so
+                        figures.append(Figure(section, f"hop, {mib} MiB", "s", harness.median(ours), None,
+                                              "Prefect, pickled results", note=peer))
                     continue
                 figures.append(Figure(section, f"hop, {mib} MiB", "s", harness.median(ours), harness.median(peer),
                                       "Prefect, pickled results", samples=ours, baseline_samples=peer))

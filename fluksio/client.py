@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 from pydantic import ValidationError
 
-from fluksio.errors import BrokerUnavailable, CodecError, NodeFailed, RunRejected
+from fluksio.errors import BrokerUnavailable, ClientClosed, CodecError, NodeFailed, RunRejected
 from fluksio.execution.values import decode
 from fluksio.flows.annotations import adapter_for, fit_error, type_name
 from fluksio.flows.flow import Flow
@@ -88,10 +88,12 @@ class Sweep:
 class Client:
     """A connection to one installation: its run store, its broker and placer books, its flows.
 
-    Embedded (no broker configured), the client also runs the installation: an in-process broker,
-    driver and node workers on threads, and the lease sweeper; ``close()`` stops them (runs still
-    driven here end ``abandoned``, resumable). Distributed, it only submits and reads: the workers are
-    ``fluksio worker`` processes. Thread-safe; unusable once closed (:class:`~fluksio.errors.FluksioError`).
+    Made by :func:`connect`, which fails within seconds, in one line, when the broker or the run store
+    cannot be reached at start. Embedded (no broker configured), the client also runs the installation:
+    an in-process broker, driver and node workers on threads, and the lease sweeper; ``close()`` stops
+    them (runs still driven here end ``abandoned``, resumable). Distributed, it only submits and reads:
+    the workers are ``fluksio worker`` processes. Thread-safe; once closed, every call is refused with
+    :class:`~fluksio.errors.ClientClosed`.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -103,7 +105,10 @@ class Client:
             self.app: Celery = self._workers.app
             self._sweeper = start_sweeper(self.app, self.runtime)
         else:
+            from fluksio.runs.broker import check_broker  # the embedded default never loads redis-py
+
             require_redis_broker(settings)
+            check_broker(settings)  # at once, not after FLUKSIO_BROKER_OUTAGE_S of retries
             self.runtime = Runtime.distributed(settings)
             self.app = create_app(settings, self.runtime)
         #: The installation's schedules: ``client.schedules.list()``, ``.pause(name)``, ``.resume``, ``.remove``.
@@ -280,7 +285,7 @@ class Client:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("this fluksio client is closed; call fluksio.connect() again")
+            raise ClientClosed("this fluksio client is closed; call fluksio.connect() again")
 
     def close(self) -> None:
         """Stop the embedded workers (if any) and release the run store."""
@@ -306,7 +311,11 @@ class Client:
 
 
 def connect(settings: Settings | None = None, **overrides: Any) -> Client:
-    """A client for the configured installation; embedded (in this process) unless a broker is set."""
+    """A client for the configured installation; embedded (in this process) unless a broker is set.
+
+    A broker or run store that cannot be reached now raises a :class:`~fluksio.errors.FluksioError`
+    within a few seconds, naming the URL (password hidden), what failed and what to check.
+    """
     return Client(settings or load_settings(**overrides))
 
 

@@ -58,16 +58,27 @@ class MessageRefused(FluksioError):
     """A message from the broker (a node call, a completion) is not one this version of fluksio sends."""
 
 
-class PlacementError(FluksioError):
-    """A request can never be placed (e.g. an unknown machine)."""
-
-
 class StoreUnavailable(FluksioError):
-    """The run store could not be reached for longer than the configured outage bound."""
+    """The run store could not be reached: when a process starts, or for longer than the outage bound."""
 
 
 class BrokerUnavailable(FluksioError):
-    """The broker (Redis) could not be reached for longer than the configured outage bound."""
+    """The broker (Redis) could not be reached: when a process starts, or for longer than the outage bound.
+
+    ``transient`` is false when waiting cannot help (a refused password, TLS, a server that is not Redis).
+    """
+
+    def __init__(self, message: str, transient: bool = True) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class EventsUnavailable(BrokerUnavailable):
+    """The broker did not confirm a subscription to the events channel in time."""
+
+
+class ClientClosed(FluksioError):
+    """A closed client was asked to do something (``connect()`` again for a new one)."""
 
 
 class ProvisionError(FluksioError):

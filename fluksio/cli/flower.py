@@ -44,6 +44,11 @@ def flower(port: int, address: str, basic_auth: tuple[str, ...], url_prefix: str
     from fluksio.worker.flower import flower_app, prepare_flower
 
     app = flower_app(settings)
+    from fluksio.runs.contact import check_installation
+
+    # Broker and run store (the explorer mounted in Flower reads it): an unreachable one is said now, in
+    # one line, not by an empty dashboard or a traceback from inside Flower.
+    check_installation(settings)
     mount_in_flower(settings)  # the run explorer under /fluksio/, linked from Flower's navigation
     if not basic_auth and not is_loopback(address):
         render.console(stderr=True).print(Text.assemble(

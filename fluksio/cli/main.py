@@ -12,15 +12,17 @@ from typing import Any
 
 import click
 from rich.live import Live
+from rich.text import Text
 
 from fluksio.cli import render
+from fluksio.cli.connection import lost_connection, open_client
 from fluksio.cli.params import parse_grid, parse_params, parse_seeds, string_inputs
-from fluksio.client import Client, RunHandle, connect
+from fluksio.client import Client, RunHandle
 from fluksio.errors import FluksioError
+from fluksio.runs.contact import open_run_store
 from fluksio.runs.metrics import latest_of, series_of
 from fluksio.schemas import RunStatus
 from fluksio.settings import load_settings
-from fluksio.store.db import Database
 from fluksio.store.metrics import latest_metrics
 from fluksio.store.nodes import artifacts_of
 
@@ -33,14 +35,26 @@ STREAM_CHUNK = 1 << 20
 
 
 class FluksioGroup(click.Group):
-    """Turns a :class:`FluksioError` into one readable line and exit code 2, never a traceback."""
+    """Turns a :class:`FluksioError` (or a connection lost for good) into one readable line and exit code 2,
+    never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except FluksioError as exc:
-            render.console(stderr=True).print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+            _say_error(str(exc))
             ctx.exit(EXIT_BAD_INPUT)
+        except Exception as exc:
+            line = lost_connection(exc)
+            if line is None:
+                raise
+            _say_error(line)
+            ctx.exit(EXIT_BAD_INPUT)
+
+
+def _say_error(line: str) -> None:
+    # soft_wrap: one line, however long (the terminal folds it; a log or a pipe keeps it whole).
+    render.console(stderr=True).print(Text.assemble(("error:", "red"), " ", line), soft_wrap=True)
 
 
 @click.group(cls=FluksioGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -50,7 +64,7 @@ def cli() -> None:
 
 
 def _client() -> Client:
-    return connect(load_settings())
+    return open_client()
 
 
 def _wait_live(client: Client, handle: RunHandle, total: int, timeout: float | None, quiet: bool,
@@ -188,7 +202,8 @@ def sweep(flow: str, grid: tuple[str, ...], seeds: str | None, params: tuple[str
         render.console(stderr=True).print(f"group [bold]{result.group_id}[/bold]: {len(result.runs)} run(s)")
         records = result.wait()
         latest = {r.id: {n: v for n, (_s, v) in latest_of(client.runtime.db, r.id).items()} for r in records}
-        render.console().print(render.runs_table(records, latest))
+        out = render.console()
+        out.print(render.runs_table(records, latest, width=out.width))
         sys.exit(0 if all(r.status is RunStatus.OK for r in records) else EXIT_RUN_FAILED)
 
 
@@ -211,7 +226,8 @@ def runs(flow: str | None, status: str | None, group: str | None, schedule_name:
             click.echo(json.dumps([{**json.loads(r.model_dump_json()), "metrics": latest[r.id]} for r in records],
                                   indent=2))
             return
-        render.console().print(render.runs_table(records, latest if group else None))
+        out = render.console()
+        out.print(render.runs_table(records, latest if group else None, width=out.width))
 
 
 @cli.command()
@@ -396,8 +412,7 @@ def db() -> None:
 @db.command()
 def upgrade() -> None:
     """Create or upgrade the run store's tables to the newest schema."""
-    settings = load_settings()
-    database = Database(settings.database_url)
+    database = open_run_store(load_settings(), upgrade=False)
     before = database.current_revision()
     database.upgrade()
     click.echo(f"run store at revision {database.current_revision()} (was {before or 'empty'})")

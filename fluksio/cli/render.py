@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
@@ -23,6 +24,15 @@ STATUS_STYLE = {
 }
 #: Most running calls the live display lists one by one.
 LIVE_ROWS = 8
+#: How ``fluksio runs`` shows when a run was created.
+CREATED = "%m-%d %H:%M:%S"
+#: Columns a table cell's padding and the rule before it take.
+COLUMN_GAP = 3
+#: Params narrower than this make ``fluksio runs`` shorten ids; narrower than ``PARAMS_LEAST``, they are left out.
+PARAMS_ROOMY, PARAMS_LEAST = 30, 8
+#: Longest flow name ``fluksio runs`` shows when it shortens ids, and when it does not; the least it cuts
+#: one to, in columns.
+FLOW_NARROW, FLOW_WIDE, FLOW_LEAST = 20, 60, 10
 EVENT_STYLE = {
     "run_queued": "blue", "run_started": "bold", "node_queued": "blue", "node_started": "yellow",
     "node_finished": "green", "run_finished": "bold",
@@ -64,28 +74,70 @@ def display_value(value: Any) -> Any:
     return value
 
 
-def runs_table(records: list[RunRecord], metrics: dict[str, dict[str, float]] | None = None) -> Table:
-    table = Table(show_edge=False, header_style="bold")
-    table.add_column("run", no_wrap=True, min_width=26)
-    for column in ("flow", "status", "created", "duration"):
-        table.add_column(column, no_wrap=True)
-    seeded = any(r.seed is not None for r in records)
-    if seeded:
-        table.add_column("seed", justify="right")
-    table.add_column("params", overflow="fold", min_width=24)
+def runs_table(records: list[RunRecord], metrics: dict[str, dict[str, float]] | None = None,
+               width: int = 80) -> Table:
+    """Runs, one row each, that fit a terminal ``width`` columns wide.
+
+    The id, flow, status, created time and duration stay readable at any width from 80 up: when
+    whole ids would leave the params less than :data:`PARAMS_ROOMY` columns, each id is shortened to
+    the shortest prefix that tells the listed runs apart (any unique prefix works with ``fluksio
+    show``) and flow names to :data:`FLOW_NARROW` (or less, down to :data:`FLOW_LEAST`, to leave
+    the params some room). The params get what is left, elided with ``…`` (or no column, under
+    :data:`PARAMS_LEAST`); a sweep's seeds and metrics (``metrics``) come before them.
+    """
     metric_names = sorted({n for m in (metrics or {}).values() for n in m})
-    for name in metric_names:
-        table.add_column(name, justify="right")
-    for r in records:
-        duration = f"{r.duration_ms / 1000:.2f}s" if r.duration_ms is not None else ""
-        row = [r.id, r.flow, styled(r.status.value), r.created_at.strftime("%m-%d %H:%M:%S"), duration]
+    seeded = any(r.seed is not None for r in records)
+
+    def cells(record: RunRecord, run_id: str, flow_width: int) -> list[str]:
+        duration = f"{record.duration_ms / 1000:.2f}s" if record.duration_ms is not None else ""
+        row = [run_id, short(record.flow, flow_width), record.status.value, record.created_at.strftime(CREATED),
+               duration]
         if seeded:
-            row.append("" if r.seed is None else str(r.seed))
-        row.append(short({k: v for k, v in r.params.items()}, 50))
-        last = (metrics or {}).get(r.id, {})
-        row += [f"{last[n]:.4g}" if n in last else "" for n in metric_names]
-        table.add_row(*row)
+            row.append("" if record.seed is None else str(record.seed))
+        last = (metrics or {}).get(record.id, {})
+        return row + [f"{last[n]:.4g}" if n in last else "" for n in metric_names]
+
+    headers = ["run", "flow", "status", "created", "duration", *(["seed"] if seeded else []), *metric_names]
+    rows = [cells(r, r.id, FLOW_WIDE) for r in records]
+    if width - _row_width(headers, rows) - COLUMN_GAP < PARAMS_ROOMY:
+        ids = short_ids([r.id for r in records])
+        rows = [cells(r, ids[r.id], FLOW_WIDE) for r in records]
+        # The flow name gives way before anything else whole does (down to FLOW_LEAST), so that the params
+        # keep PARAMS_LEAST if they can.
+        others = _row_width([h for i, h in enumerate(headers) if i != 1], [r[:1] + r[2:] for r in rows])
+        names = max([cell_len(row[1]) for row in rows], default=0)
+        flow_width = max(FLOW_LEAST, min(names, FLOW_NARROW, width - others - 2 * COLUMN_GAP - PARAMS_LEAST))
+        rows = [cells(r, ids[r.id], flow_width) for r in records]
+    room = width - _row_width(headers, rows) - COLUMN_GAP
+    table = Table(show_edge=False, header_style="bold")
+    for index, header in enumerate(headers):
+        table.add_column(header, no_wrap=True, justify="right" if index >= 5 else "left")
+    if room >= PARAMS_LEAST:
+        table.add_column("params", no_wrap=True, overflow="ellipsis", max_width=room)
+    for record, row in zip(records, rows):
+        shown: list[str | Text] = [*row]
+        shown[2] = styled(record.status.value)
+        if room >= PARAMS_LEAST:
+            shown.append(short(dict(record.params), room))
+        table.add_row(*shown)
     return table
+
+
+def _row_width(headers: list[str], rows: list[list[str]]) -> int:
+    """Columns a table of these cells takes (rich's default padding, one rule between columns)."""
+    widths = [max([cell_len(h), *(cell_len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+    return sum(widths) + COLUMN_GAP * len(widths) - 1
+
+
+def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
+    """The shortest prefix (at least ``least`` characters) that tells each id from the others.
+
+    Run ids start with their creation time, so a sweep's ids share a long prefix.
+    """
+    width = least
+    while width < max(map(len, ids), default=0) and len({i[:width] for i in ids}) < len(set(ids)):
+        width += 1
+    return {i: i[:width] for i in ids}
 
 
 #: Failed elements of one mapped node that ``fluksio show`` lists one by one.
@@ -187,11 +239,6 @@ def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], a
         parts.append(Text("result " + json.dumps(display_value(record.result), indent=2, default=str,
                                                  ensure_ascii=False)))
     return Group(*parts)
-
-
-def progress_line(record: RunRecord, total: int, latest: dict[str, tuple[int, float]]) -> Group:
-    """The live display without events: counts, the run's reason and metrics (see :func:`progress_view`)."""
-    return progress_view(record, total, latest)
 
 
 def progress_view(record: RunRecord, total: int, latest: dict[str, tuple[int, float]],

@@ -21,6 +21,7 @@ from fluksio.execution.isolated import die_with_parent
 from fluksio.placement.redis import RedisBooks
 from fluksio.provisioners import Poller
 from fluksio.routing import node_queues
+from fluksio.runs.broker import wait_for_broker
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import Inventory
 from fluksio.settings import Settings, require_redis_broker
@@ -51,7 +52,8 @@ def _fresh_connections_after_fork(runtime: Runtime) -> None:
 def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool, loglevel: str,
                     idle_timeout_s: float | None = None, with_beat: bool = False) -> None:
     require_distributed(settings)
-    runtime = Runtime.distributed(settings, machine=inventory.name)
+    runtime = Runtime.distributed(settings, machine=inventory.name)  # a run store it cannot open ends it here
+    wait_for_broker(settings)  # a broker not up yet is said at once, then waited for (as Celery does)
     books = runtime.placer.books
     assert isinstance(books, RedisBooks)
     app = create_app(settings, runtime)
@@ -105,6 +107,7 @@ def _stop_child(child: subprocess.Popen[bytes]) -> None:
 def run_driver_worker(settings: Settings, name: str, loglevel: str, with_beat: bool = False) -> None:
     require_distributed(settings)
     runtime = Runtime.distributed(settings, machine=name)
+    wait_for_broker(settings)
     attach_alerts(runtime)  # drivers end runs, and their sweeper abandons runs: both tell the alerts
     app = create_app(settings, runtime)
     sweeper = start_sweeper(app, runtime)

@@ -29,6 +29,7 @@ LAYERS: list[set[str]] = [
     {"provisioners"},
     {"codecs"},                                    # a codec's value is stored as an artifact
     {"placement", "store", "artifacts", "flows", "routing", "messages"},
+    {"failures", "outage"},                        # why a connection failed, in words; notices during an outage
     {"settings", "schemas"},
     {"constants", "errors"},
 ]

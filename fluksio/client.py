@@ -15,10 +15,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from celery import Celery
 
-from fluksio.errors import BrokerUnavailable, ClientClosed, RunRejected
+from pydantic import ValidationError
+
+from fluksio.errors import BrokerUnavailable, ClientClosed, CodecError, NodeFailed, RunRejected
+from fluksio.execution.values import decode
+from fluksio.flows.annotations import adapter_for, fit_error, type_name
 from fluksio.flows.flow import Flow
 from fluksio.runs import family
 from fluksio.runs.metrics import series_of
+from fluksio.runs.references import output_of
 from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import check_priority, submit_run, validate_params
 from fluksio.schemas import CatchUp, RunRecord, RunStatus, ScheduleRecord
@@ -238,6 +243,26 @@ class Client:
         self._check_open()
         return self.schedules.add(name, flow, cron=cron, tz=tz, every=every, params=params, seed=seed,
                                   priority=priority, catchup=catchup)
+
+    def output(self, run_id: str, name: str, as_type: Any = None) -> Any:
+        """Output ``name`` of a run as a node would receive it: a codec's value decoded into its type (a
+        ``pandas.DataFrame``, a ``numpy.ndarray`` …), an artifact as an :class:`~fluksio.Artifact`, JSON as
+        it is; with ``as_type``, validated into that type (``client.output(run, "cfg", Cfg)``).
+
+        :class:`~fluksio.errors.OutputNotFound` names the outputs the run did make when it made no ``name``.
+        """
+        run = run_rows.get_run(self.runtime.db, run_id)
+        where = f"output {name!r} of run {run.id}"
+        try:
+            value = decode(output_of(self.runtime.db, run.id, name), self.runtime.artifacts, where)
+        except NodeFailed as exc:  # the decoding error, raised here as what it is
+            raise CodecError(str(exc)) from None
+        if as_type is None:
+            return value
+        try:
+            return adapter_for(as_type, where).validate_python(value)
+        except ValidationError as exc:
+            raise CodecError(f"{where} is no {type_name(as_type)}: {fit_error(exc)}") from None
 
     def metrics(self, run_id: str) -> dict[str, list[tuple[int, float]]]:
         """Each metric's ``[(step, value), …]``, including series of nodes restored from the cache."""

@@ -27,12 +27,20 @@ class RunNotFound(FluksioError, LookupError):
     """No run has that id (or id prefix)."""
 
 
+class OutputNotFound(FluksioError, LookupError):
+    """A run made no output of that name."""
+
+
 class ConfigError(FluksioError):
     """Settings or a configuration file are invalid."""
 
 
 class ArtifactError(FluksioError):
     """An artifact digest is malformed or its bytes are missing."""
+
+
+class CodecError(FluksioError):
+    """A value cannot be encoded or decoded by its codec, or the codec (or the package it needs) is missing."""
 
 
 class NodeFailed(FluksioError):

@@ -48,11 +48,25 @@ def short(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def size_text(size: int) -> str:
+    """``512 B``, ``1.5 kB``, ``200.0 MB``: a size in bytes as people read it (powers of 1000)."""
+    if size < 1000:
+        return f"{size} B"
+    scaled = float(size)
+    for unit in ("kB", "MB", "GB", "TB"):
+        scaled /= 1000
+        if scaled < 1000 or unit == "TB":
+            break
+    return f"{scaled:.1f} {unit}"
+
+
 def display_value(value: Any) -> Any:
-    """Artifact references shown as ``artifact name (size, digest…)``."""
+    """Artifact references shown as ``artifact name (size, digest…)``; a codec's value also names its codec:
+    ``numpy arr.npy (8.0 MB, sha256:ab12…)``."""
     if isinstance(value, dict) and set(value) == {"$artifact"}:
         body = value["$artifact"]
-        return f"artifact {body.get('name') or ''} ({body['size']} B, {body['digest'][:19]}…)"
+        kind = body.get("codec") or "artifact"
+        return f"{kind} {body.get('name') or ''} ({size_text(body['size'])}, {body['digest'][:19]}…)"
     if isinstance(value, dict):
         return {k: display_value(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -215,10 +229,11 @@ def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], a
         parts.append(metrics_table(series))
     if artifacts:
         table = Table(show_edge=False, header_style="bold")
-        for column in ("artifact", "node", "message", "size", "digest"):
+        for column in ("artifact", "node", "message", "codec", "size", "digest"):
             table.add_column(column)
         for a in artifacts:
-            table.add_row(a.name or "", a.node, a.message, f"{a.size} B", a.digest)
+            node = a.node if getattr(a, "element", -1) < 0 else f"{a.node}[{a.element}]"
+            table.add_row(a.name or "", node, a.message, a.codec or "", size_text(a.size), a.digest)
         parts.append(table)
     if record.result is not None:
         parts.append(Text("result " + json.dumps(display_value(record.result), indent=2, default=str,

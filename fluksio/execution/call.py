@@ -23,7 +23,7 @@ from fluksio.execution.isolated import run_in_child
 from fluksio.execution.ran import Ran
 from fluksio.execution.secrets import carried, hidden, redact, secret_inputs
 from fluksio.execution.secrets import resolve as resolve_secret
-from fluksio.execution.values import decode, encode
+from fluksio.execution.values import encode, receive
 from fluksio.flows.flow import Flow
 from fluksio.flows.node import NodeSpec
 from fluksio.flows.secret import NAME as SECRET_NAME
@@ -164,8 +164,8 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout:
     """
     store = runtime.artifacts
     # By name: a message that was skipped upstream is left out, and its parameter takes its default.
-    kwargs = {param: decode(call.inputs[m], store) for param, m in zip(node.params or node.requires, node.requires)
-              if m in call.inputs and m not in secrets}
+    kwargs = {param: receive(node, param, m, call.inputs[m], store)
+              for param, m in zip(node.params or node.requires, node.requires) if m in call.inputs and m not in secrets}
     held = _secret_arguments(runtime, node, call, secrets)
     kwargs.update(held)
     with hidden(s.value for s in held.values()) as values:
@@ -239,10 +239,10 @@ def _run(runtime: Runtime, node: NodeSpec, call: NodeCall, kwargs: dict[str, Any
             raise NodeFailed(redact(_describe(outcome["error"]), secrets) or "failed")
         outputs = _shape_outputs(node, outcome.get("value"))
         made: list[Artifact] = []
-        encoded = {m: encode(v, store, made, f"message {m!r} of node {node.name!r}") for m, v in outputs.items()}
+        encoded = {m: encode(v, store, made, f"message {m!r} of node {node.name!r}", m) for m, v in outputs.items()}
         for message in node.streams:
             encoded[message] = encode(streamed.get(message), store, made,
-                                      f"streamed message {message!r} of node {node.name!r}")
+                                      f"streamed message {message!r} of node {node.name!r}", message)
         if secrets and carried(encoded, secrets):
             raise NodeFailed(f"node {node.name!r} put the value of a secret into its outputs, which would store it in "
                              "the run's rows: a secret's value stays inside the node that received it")

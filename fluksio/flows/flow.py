@@ -14,7 +14,8 @@ from pydantic import TypeAdapter
 
 from fluksio.constants import MAX_NAME_LENGTH
 from fluksio.errors import FlowError
-from fluksio.flows.node import NodeSpec, check_identifier, make_node, refuse_unknown_options
+from fluksio.flows.annotations import adapter_for
+from fluksio.flows.node import NodeSpec, check_identifier, make_node, refuse_unknown_options, with_input_types
 from fluksio.flows.source import snapshot
 from fluksio.flows.subflow import containing_cycle, make_subflow
 from fluksio.flows.subflow import resolve as resolve_subflow
@@ -43,7 +44,8 @@ class InputSpec:
         return getattr(self.type, "__name__", None) or str(self.type)
 
     def adapter(self) -> TypeAdapter[Any]:
-        return TypeAdapter(self.type)
+        """The input's validator (made once per type); a class pydantic knows nothing of is an isinstance check."""
+        return adapter_for(self.type, f"input {self.name!r}")
 
 
 class Flow:
@@ -120,13 +122,18 @@ class Flow:
         with a default, which get their default).
         """
         refuse_unknown_options(f"@{self.name}.node", unknown)
+        # The names where the node is declared: its annotations may use a class defined in the same function.
+        scope = sys._getframe(1).f_locals
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
             spec = make_node(
                 func, flow_name=self.name, name=name, provides=provides, requires=requires, streams=streams,
                 device=device, device_policy=device_policy, resources=resources, retries=retries,
                 timeout_s=timeout_s, cache=cache, mapped=map, max_parallel=max_parallel, when=when, unless=unless,
+                scope=scope,
             )
+            spec = with_input_types(spec, {n: i.type for n, i in self.inputs.items()},
+                                    f"node {spec.name!r} of flow {self.name!r}")
             if spec.name in self.nodes:
                 raise FlowError(f"flow {self.name!r} already has a node named {spec.name!r}; pass name= to rename")
             self.nodes[spec.name] = spec

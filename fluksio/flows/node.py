@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import keyword
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from fluksio.constants import MAX_NAME_LENGTH
 from fluksio.errors import FlowError
+from fluksio.flows.annotations import adapter_for, parameter_types
 from fluksio.schemas import DevicePolicy, Resources
 
 #: The parameter through which a node emits streaming values; never a message.
@@ -59,6 +62,10 @@ class NodeSpec:
     unless: str | None = None
     #: Most elements of a mapped node that run at once (``None``: as many as the machines grant).
     max_parallel: int | None = None
+    #: Each annotated parameter's type (a mapped parameter's describes one element), read at declaration.
+    types: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: The validator of each annotated parameter.
+    adapters: Mapping[str, TypeAdapter[Any]] = field(default_factory=dict, compare=False, repr=False)
     #: A subflow node: the ``Flow`` each call is a child run of (``params`` then names the child's inputs).
     subflow: Any = field(default=None, repr=False, compare=False)
     #: Of a subflow node: ``(parent message, child output)`` for each message it provides.
@@ -125,7 +132,9 @@ def make_node(
     max_parallel: int | None = None,
     when: str | None = None,
     unless: str | None = None,
+    scope: Mapping[str, Any] | None = None,
 ) -> NodeSpec:
+    """The node ``fn`` declares; ``scope``: the names visible where it was declared (for its annotations)."""
     if not callable(fn):
         raise FlowError(f"@{flow_name}.node must decorate a function, got {type(fn).__name__}")
     node_name = check_identifier("node name", name or getattr(fn, "__name__", None), f"flow {flow_name!r}")
@@ -201,14 +210,40 @@ def make_node(
                                   or timeout_s <= 0):
         raise FlowError(f"{where}: timeout_s must be a positive number of seconds, got {timeout_s!r}")
 
+    types = parameter_types(fn, bound, where, scope)
+    adapters = {param: adapter_for(annotation, f"{where}, parameter {param!r}") for param, annotation in types.items()}
+
     return NodeSpec(
         name=node_name, fn=fn, requires=required, provides=provided, streams=stream_names, device=device,
         device_policy=policy, resources=res, retries=retries, timeout_s=float(timeout_s) if timeout_s else None,
         cache=bool(cache), takes_emit=takes_emit, params=bound,
         optional=frozenset(m for p, m in zip(bound, required) if p in optional and p not in mapping),
         map=tuple((param, mapping[param]) for param in mapping), when=dict(conditions).get("when"),
-        unless=dict(conditions).get("unless"), max_parallel=max_parallel,
+        unless=dict(conditions).get("unless"), max_parallel=max_parallel, types=types, adapters=adapters,
     )
+
+
+def with_input_types(spec: NodeSpec, input_types: Mapping[str, Any], where: str) -> NodeSpec:
+    """``spec`` whose unannotated parameters bound to a flow input receive it as the input's declared type
+    (a mapped one: the type of the declared list's elements). The flow's declaration is the annotation."""
+    types, adapters = dict(spec.types), dict(spec.adapters)
+    mapped = dict(spec.map)
+    for param, message in zip(spec.params, spec.requires):
+        if param in types or message not in input_types:
+            continue
+        declared = input_types[message]
+        if param in mapped:  # the element of a list[X] (or tuple[X, ...]) input is an X
+            arguments = typing.get_args(declared)
+            if typing.get_origin(declared) not in (list, tuple) or not arguments:
+                continue
+            declared = arguments[0]
+        if declared in (Any, object):
+            continue
+        types[param] = declared
+        adapters[param] = adapter_for(declared, f"{where}, parameter {param!r}")
+    if len(types) == len(spec.types):
+        return spec
+    return dataclasses.replace(spec, types=types, adapters=adapters)
 
 
 def _mapping(mapped: Mapping[str, str] | None, params: tuple[str, ...], where: str) -> dict[str, str]:

@@ -17,7 +17,8 @@ from pydantic_core import to_jsonable_python
 
 from fluksio.artifacts.artifact import REF_KEY, Artifact, is_ref
 from fluksio.artifacts.store import ArtifactStore
-from fluksio.errors import RunRejected
+from fluksio.codecs import REGISTRY, Codec, codec_for, codec_of, store_value
+from fluksio.errors import CodecError, RunRejected
 from fluksio.flows.flow import Flow
 from fluksio.flows.registry import FlowRegistry
 from fluksio.flows.secret import Secret, secret_name
@@ -42,8 +43,13 @@ def params_digest(params: Mapping[str, Any], seed: int | None) -> str:
 
 
 def validate_params(flow: Flow, params: Any, seed: int | None,
-                    resolve: Callable[[str, str], Any] | None = None) -> dict[str, Any]:
-    """The run's full parameters (defaults filled, seed applied, references resolved), or :class:`RunRejected`."""
+                    resolve: Callable[[str, str], Any] | None = None,
+                    store: ArtifactStore | None = None) -> dict[str, Any]:
+    """The run's full parameters (defaults filled, seed applied, references resolved), or :class:`RunRejected`.
+
+    An input of a codec's type (``pandas.DataFrame`` …) takes a reference to such a value, or the value
+    itself, which is stored in ``store`` (without one, the value is only checked and returned as it is).
+    """
     if params is None:
         params = {}
     if not isinstance(params, Mapping):
@@ -87,11 +93,16 @@ def validate_params(flow: Flow, params: Any, seed: int | None,
                 raise RunRejected(f"input {name!r}: {values[name]!r} is not an artifact reference")
         if resolve is not None and is_reference(given):
             given = values[name] = resolve(name, given)
+        unresolved = resolve is None and is_reference(given)  # a check only: resolved when the run is made
         if spec.type is Artifact:
-            if not is_ref(given):
+            if not is_ref(given) and not unresolved:
                 raise RunRejected(f"input {name!r} of flow {flow.name!r} takes an artifact; pass its digest "
                                   "(sha256:…) or a run's output (@run:<id>.<output>)")
             checked[name] = given
+            continue
+        codec = REGISTRY.for_type(spec.type) if isinstance(spec.type, type) else None
+        if codec is not None:
+            checked[name] = given if unresolved else _codec_input(flow, name, codec, given, store)
             continue
         try:
             value = spec.adapter().validate_python(given, strict=True)
@@ -114,6 +125,26 @@ def _secret_name(flow: Flow, name: str, given: Any) -> str:
         return secret_name(given, f"input {name!r} of flow {flow.name!r}")
     except ValueError as exc:
         raise RunRejected(str(exc)) from None
+
+
+def _codec_input(flow: Flow, name: str, codec: Codec, given: Any, store: ArtifactStore | None) -> Any:
+    """An input of a codec's type: a reference to a value of that codec, or the value (stored now)."""
+    if is_ref(given):
+        held = codec_of(given)
+        if held != codec.name:
+            what = f"a value of codec {held!r}" if held else "plain bytes (an Artifact)"
+            raise RunRejected(f"input {name!r} of flow {flow.name!r} takes a {codec.type_name}; "
+                              f"{given[REF_KEY].get('digest')} holds {what}")
+        return given
+    if codec_for(given) is not codec:
+        raise RunRejected(f"input {name!r} of flow {flow.name!r} must be a {codec.type_name}, or a reference to one "
+                          f"(@run:<id>.<output>, sha256:…); got {type(given).__module__}.{type(given).__qualname__}")
+    if store is None:
+        return given
+    try:
+        return store_value(given, codec, store, name)[1]
+    except CodecError as exc:
+        raise RunRejected(f"input {name!r} of flow {flow.name!r} {exc}") from None
 
 
 def check_priority(priority: Any) -> int:
@@ -187,7 +218,8 @@ def submit_run(
     check_priority(priority)
     flow = registry.resolve(flow_or_name)
     values = validate_params(flow, params, seed,
-                             resolve=lambda name, value: resolve_reference(db, artifacts, name, value))
+                             resolve=lambda name, value: resolve_reference(db, artifacts, name, value),
+                             store=artifacts)
     if embedded_machines is not None:
         check_placeable(flow, embedded_machines)
     run = Run(

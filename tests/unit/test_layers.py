@@ -27,7 +27,8 @@ LAYERS: list[set[str]] = [
     {"triggers", "driver", "execution"},
     {"runs"},
     {"provisioners"},
-    {"placement", "store", "artifacts", "codecs", "flows", "routing", "messages"},
+    {"codecs"},                                    # a codec's value is stored as an artifact
+    {"placement", "store", "artifacts", "flows", "routing", "messages"},
     {"failures", "outage"},                        # why a connection failed, in words; notices during an outage
     {"settings", "schemas"},
     {"constants", "errors"},

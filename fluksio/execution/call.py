@@ -8,7 +8,6 @@ node. Nothing it does reaches the worker or the store as an exception.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import traceback
 import uuid
@@ -16,9 +15,11 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from fluksio.artifacts.artifact import REF_KEY, Artifact, find_refs
+from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import ArtifactError, MessageRefused, NodeFailed
 from fluksio.execution import interrupt
 from fluksio.execution.capture import capture_output
+from fluksio.execution.emitter import Emitter
 from fluksio.execution.isolated import run_in_child
 from fluksio.execution.ran import Ran
 from fluksio.execution.secrets import carried, hidden, redact, secret_inputs
@@ -29,9 +30,7 @@ from fluksio.flows.node import NodeSpec
 from fluksio.flows.secret import NAME as SECRET_NAME
 from fluksio.flows.source import short
 from fluksio.messages import Completion, MadeArtifact, NodeCall
-from fluksio.runs.metrics import MetricSink
 from fluksio.runs.runtime import Runtime
-from fluksio.store.metrics import delete_metrics
 from fluksio.store.runs import call_refusal
 
 log = logging.getLogger(__name__)
@@ -186,63 +185,16 @@ def _secret_arguments(runtime: Runtime, node: NodeSpec, call: NodeCall, secrets:
 
 def _run(runtime: Runtime, node: NodeSpec, call: NodeCall, kwargs: dict[str, Any], use_timeout: bool,
          secrets: frozenset[str]) -> Ran:
-    store = runtime.artifacts
-    sink = MetricSink(runtime.db, call.run_id)
-    # An element's numbers are series of their own: `loss[3]` for element 3, so k folds give k curves.
-    series = {name: name if call.index is None else f"{name}[{call.index}]" for name in node.streams}
-    if node.streams:
-        # A retried or resumed call counts its steps from 0 again: what an earlier attempt wrote goes.
-        delete_metrics(runtime.db, call.run_id, list(series.values()))
-    streamed: dict[str, Any] = {}
-
-    def emit(name: str, value: Any) -> None:
-        if name not in node.streams:
-            declared = ", ".join(node.streams) or "nothing"
-            raise NodeFailed(f"node {node.name!r} emitted {name!r}, but it streams only: {declared}")
-        sink.record(series[name], value)
-        if not (isinstance(value, float) and not math.isfinite(value)):
-            # The message's value is the last emission JSON can carry; NaN and infinities are dropped.
-            streamed[name] = value
-
+    emitter = Emitter(runtime.db, node, call)
     if node.takes_emit:
-        kwargs["emit"] = emit
-    limit = runtime.settings.log_limit_chars
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        with capture_output(limit, hide=secrets) as captured:
-            interrupt.running(call.call_id)
-            try:
-                outcome["value"] = node.fn(**kwargs)
-            except BaseException as exc:  # noqa: BLE001 - the node's failure is data, reported below
-                outcome["error"] = exc
-                captured.write(traceback.format_exc())
-            finally:
-                interrupt.finished(call.call_id)
-                outcome["logs"] = captured.text
-
-    if node.timeout_s is None or not use_timeout:
-        target()
-    else:
-        # A thread cannot be killed; the call is reported as timed out and its grant is returned
-        # while the abandoned thread finishes on its own.
-        runner = threading.Thread(target=target, name=f"fluksio-node-{node.name}", daemon=True)
-        runner.start()
-        runner.join(node.timeout_s)
-        if runner.is_alive():
-            interrupt.interrupt(call.call_id)  # stop it at its next Python instruction
-            raise NodeFailed(f"node {node.name!r} timed out after {node.timeout_s:g} s", logs=outcome.get("logs"))
+        kwargs["emit"] = emitter.emit
+    outcome = _call(node, call, kwargs, runtime.settings.log_limit_chars, secrets, use_timeout)
     logs = outcome.get("logs", "")
     try:
-        sink.flush()
+        emitter.flush()
         if "error" in outcome:
             raise NodeFailed(redact(_describe(outcome["error"]), secrets) or "failed")
-        outputs = _shape_outputs(node, outcome.get("value"))
-        made: list[Artifact] = []
-        encoded = {m: encode(v, store, made, f"message {m!r} of node {node.name!r}", m) for m, v in outputs.items()}
-        for message in node.streams:
-            encoded[message] = encode(streamed.get(message), store, made,
-                                      f"streamed message {message!r} of node {node.name!r}", message)
+        encoded = _encode(node, outcome.get("value"), emitter.streamed, runtime.artifacts)
         if secrets and carried(encoded, secrets):
             raise NodeFailed(f"node {node.name!r} put the value of a secret into its outputs, which would store it in "
                              "the run's rows: a secret's value stays inside the node that received it")
@@ -260,6 +212,48 @@ def _run(runtime: Runtime, node: NodeSpec, call: NodeCall, kwargs: dict[str, Any
         for m, value in encoded.items() for body in (ref[REF_KEY] for ref in find_refs(value))
     )
     return Ran(encoded, artifacts, logs)
+
+
+def _call(node: NodeSpec, call: NodeCall, kwargs: dict[str, Any], limit: int, secrets: frozenset[str],
+          use_timeout: bool) -> dict[str, Any]:
+    """Call the node's function, capturing what it prints: ``{"value": …}`` or ``{"error": exc}``, and ``"logs"``."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        with capture_output(limit, hide=secrets) as captured:
+            interrupt.running(call.call_id)
+            try:
+                outcome["value"] = node.fn(**kwargs)
+            except BaseException as exc:  # noqa: BLE001 - the node's failure is data, reported below
+                outcome["error"] = exc
+                captured.write(traceback.format_exc())
+            finally:
+                interrupt.finished(call.call_id)
+                outcome["logs"] = captured.text
+
+    if node.timeout_s is None or not use_timeout:
+        target()
+        return outcome
+    # A thread cannot be killed; the call is reported as timed out and its grant is returned while the
+    # abandoned thread finishes on its own.
+    runner = threading.Thread(target=target, name=f"fluksio-node-{node.name}", daemon=True)
+    runner.start()
+    runner.join(node.timeout_s)
+    if runner.is_alive():
+        interrupt.interrupt(call.call_id)  # stop it at its next Python instruction
+        raise NodeFailed(f"node {node.name!r} timed out after {node.timeout_s:g} s", logs=outcome.get("logs"))
+    return outcome
+
+
+def _encode(node: NodeSpec, value: Any, streamed: dict[str, Any], store: ArtifactStore) -> dict[str, Any]:
+    """The node's outputs (and the last value of each streamed message) as JSON, codec values stored."""
+    made: list[Artifact] = []
+    encoded = {m: encode(v, store, made, f"message {m!r} of node {node.name!r}", m)
+               for m, v in _shape_outputs(node, value).items()}
+    for message in node.streams:
+        encoded[message] = encode(streamed.get(message), store, made,
+                                  f"streamed message {message!r} of node {node.name!r}", message)
+    return encoded
 
 
 def _shape_outputs(node: NodeSpec, value: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from fluksio.artifacts.artifact import REF_KEY, Artifact, is_ref
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.codecs import REGISTRY, Codec, codec_for, codec_of, store_value
 from fluksio.errors import CodecError, RunRejected
-from fluksio.flows.flow import Flow
+from fluksio.flows.flow import Flow, InputSpec
 from fluksio.flows.registry import FlowRegistry
 from fluksio.flows.secret import Secret, secret_name
 from fluksio.runs.cache_key import canonical
@@ -72,52 +72,58 @@ def validate_params(flow: Flow, params: Any, seed: int | None,
                                   f"the parameter (like {name}=HF_TOKEN), and its value to the workers as "
                                   "FLUKSIO_SECRET_HF_TOKEN or a file in their FLUKSIO_SECRETS_DIR")
             checked[name] = _secret_name(flow, name, values[name] if name in values else spec.default)
-            continue
-        if name not in values:
-            if spec.required:
-                hint = " (or pass seed=)" if name == SEED_INPUT else ""
-                raise RunRejected(
-                    f"flow {flow.name!r} needs input {name!r} ({spec.type_name}); give it as a parameter{hint}"
-                )
-            try:
-                checked[name] = to_jsonable_python(spec.default)
-            except Exception:
-                raise RunRejected(f"the default of input {name!r} of flow {flow.name!r} ({spec.default!r}) cannot "
-                                  "be stored as JSON; give a JSON value as the default, or pass the input") from None
-            continue
-        given = values[name]
-        if is_ref(given):  # an artifact reference written out: checked like the digest it names
-            digest = given[REF_KEY].get("digest") if isinstance(given[REF_KEY], dict) else None
-            given = digest if isinstance(digest, str) else repr(given)
-            if not is_reference(given):
-                raise RunRejected(f"input {name!r}: {values[name]!r} is not an artifact reference")
-        if resolve is not None and is_reference(given):
-            given = values[name] = resolve(name, given)
-        unresolved = resolve is None and is_reference(given)  # a check only: resolved when the run is made
-        if spec.type is Artifact:
-            if not is_ref(given) and not unresolved:
-                raise RunRejected(f"input {name!r} of flow {flow.name!r} takes an artifact; pass its digest "
-                                  "(sha256:…) or a run's output (@run:<id>.<output>)")
-            checked[name] = given
-            continue
-        codec = REGISTRY.for_type(spec.type) if isinstance(spec.type, type) else None
-        if codec is not None:
-            checked[name] = given if unresolved else _codec_input(flow, name, codec, given, store)
-            continue
-        try:
-            value = spec.adapter().validate_python(given, strict=True)
-        except ValidationError as exc:
-            raise RunRejected(
-                f"input {name!r} of flow {flow.name!r} must be {spec.type_name}, got {values[name]!r} "
-                f"({type(values[name]).__name__}): {exc.errors()[0]['msg']}"
-            ) from None
-        try:
-            checked[name] = to_jsonable_python(value)
-            canonical(checked[name])
-        except Exception:
-            raise RunRejected(f"input {name!r}: {value!r} cannot be stored as JSON (NaN and infinities "
-                              "cannot either)") from None
+        elif name not in values:
+            checked[name] = _default(flow, spec)
+        else:
+            checked[name] = _given(flow, spec, values[name], resolve, store)
     return checked
+
+
+def _default(flow: Flow, spec: InputSpec) -> Any:
+    """An input not given: its default, as JSON (an input without one is refused, saying how to give it)."""
+    if spec.required:
+        hint = " (or pass seed=)" if spec.name == SEED_INPUT else ""
+        raise RunRejected(f"flow {flow.name!r} needs input {spec.name!r} ({spec.type_name}); give it as a "
+                          f"parameter{hint}")
+    try:
+        return to_jsonable_python(spec.default)
+    except Exception:
+        raise RunRejected(f"the default of input {spec.name!r} of flow {flow.name!r} ({spec.default!r}) cannot be "
+                          "stored as JSON; give a JSON value as the default, or pass the input") from None
+
+
+def _given(flow: Flow, spec: InputSpec, original: Any, resolve: Callable[[str, str], Any] | None,
+           store: ArtifactStore | None) -> Any:
+    """A given input checked against its type, a reference resolved (when ``resolve`` is given), as JSON."""
+    name, given = spec.name, original
+    if is_ref(given):  # an artifact reference written out: checked like the digest it names
+        digest = given[REF_KEY].get("digest") if isinstance(given[REF_KEY], dict) else None
+        given = digest if isinstance(digest, str) else repr(given)
+        if not is_reference(given):
+            raise RunRejected(f"input {name!r}: {original!r} is not an artifact reference")
+    if resolve is not None and is_reference(given):
+        given = resolve(name, given)
+    unresolved = resolve is None and is_reference(given)  # a check only: resolved when the run is made
+    if spec.type is Artifact:
+        if not is_ref(given) and not unresolved:
+            raise RunRejected(f"input {name!r} of flow {flow.name!r} takes an artifact; pass its digest "
+                              "(sha256:…) or a run's output (@run:<id>.<output>)")
+        return given
+    codec = REGISTRY.for_type(spec.type) if isinstance(spec.type, type) else None
+    if codec is not None:
+        return given if unresolved else _codec_input(flow, name, codec, given, store)
+    try:
+        value = spec.adapter().validate_python(given, strict=True)
+    except ValidationError as exc:
+        raise RunRejected(f"input {name!r} of flow {flow.name!r} must be {spec.type_name}, got {original!r} "
+                          f"({type(original).__name__}): {exc.errors()[0]['msg']}") from None
+    try:
+        jsonable = to_jsonable_python(value)
+        canonical(jsonable)
+    except Exception:
+        raise RunRejected(f"input {name!r}: {value!r} cannot be stored as JSON (NaN and infinities "
+                          "cannot either)") from None
+    return jsonable
 
 
 def _secret_name(flow: Flow, name: str, given: Any) -> str:

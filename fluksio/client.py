@@ -136,6 +136,7 @@ class Client:
             params=params, seed=seed,
             group=group, no_cache=no_cache, idempotency_key=idempotency_key, priority=priority,
             embedded_machines=self.runtime.placer.machines() if self.settings.embedded else None,
+            pools=self.settings.pools,
         )
         if created or run.status == RunStatus.QUEUED.value:
             # A retry of a submit whose hand-over failed gets it handed over now (claiming is idempotent).

@@ -23,7 +23,7 @@ from fluksio.execution.isolated import run_in_child
 from fluksio.execution.ran import Ran
 from fluksio.execution.values import decode, encode
 from fluksio.flows.flow import Flow
-from fluksio.flows.node import NodeSpec
+from fluksio.flows.node import NodeSpec, error_types
 from fluksio.flows.source import short
 from fluksio.messages import Completion, MadeArtifact, NodeCall
 from fluksio.runs.metrics import MetricSink
@@ -31,6 +31,11 @@ from fluksio.runs.runtime import Runtime
 from fluksio.store.metrics import delete_metrics
 
 log = logging.getLogger(__name__)
+
+#: What a row's error starts with when its call ran out of memory.
+OUT_OF_MEMORY = "out of memory: "
+#: The error types of a call that ran past its ``timeout_s`` (``retry_on=(TimeoutError,)`` retries it).
+TIMED_OUT = error_types(TimeoutError())
 
 
 def execute_call(runtime: Runtime, wire: Any) -> None:
@@ -68,7 +73,8 @@ def execute_call(runtime: Runtime, wire: Any) -> None:
             ran = run_node_here(runtime, node, call)
         _settle(runtime, call, started, status="ok", outputs=ran.outputs, artifacts=ran.artifacts, logs=ran.logs)
     except NodeFailed as exc:
-        _settle(runtime, call, started, status="error", error=str(exc), logs=exc.logs)
+        _settle(runtime, call, started, status="error", error=str(exc), logs=exc.logs, error_types=exc.error_types,
+                oom=exc.oom)
     except interrupt.CallCancelled:
         _settle(runtime, call, started, status="error", error="cancelled while running")
     except ArtifactError as exc:  # the store failed or timed out: this node's error (retried per its retries)
@@ -109,14 +115,26 @@ def other_code(machine: str, flow: str, here: str, claimed: str) -> str:
 
 def _settle(runtime: Runtime, call: NodeCall, started: str, *, status: Literal["ok", "error"],
             outputs: dict[str, Any] | None = None, artifacts: tuple[MadeArtifact, ...] = (), logs: str | None = None,
-            error: str | None = None) -> None:
+            error: str | None = None, error_types: tuple[str, ...] = (), oom: bool = False) -> None:
     """Give the call's resources back, then tell its driver how it ended (the one place a completion is made)."""
+    settle(runtime, call, started=started, status=status, outputs=outputs, artifacts=artifacts, logs=logs,
+           error=error, error_types=error_types, oom=oom)
+
+
+def settle(runtime: Runtime, call: NodeCall, *, started: str | None, status: Literal["ok", "error"],
+           outputs: dict[str, Any] | None = None, artifacts: tuple[MadeArtifact, ...] = (), logs: str | None = None,
+           error: str | None = None, error_types: tuple[str, ...] = (), oom: bool = False) -> None:
+    """Give the call's resources (and pool slot) back, then push its completion onto its driver's inbox.
+
+    Also for a call whose process died under it (``execution.lost``): the one place a completion is made.
+    """
     grant = call.grant
     completion = Completion(
         call_id=call.call_id, node=call.node, index=call.index, attempt=call.attempt, status=status,
         machine=grant.machine,
         gpus=tuple(grant.gpus), started_at=started, finished_at=datetime.now(timezone.utc).isoformat(),
         epoch=call.epoch, outputs=outputs, artifacts=artifacts, logs=_storable(logs), error=_storable(error),
+        error_types=error_types, oom=oom,
     )
     try:
         # Give the resources back before telling the driver, so its next claim can use them.
@@ -180,12 +198,13 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout:
         runner.join(node.timeout_s)
         if runner.is_alive():
             interrupt.interrupt(call.call_id)  # stop it at its next Python instruction
-            raise NodeFailed(f"node {node.name!r} timed out after {node.timeout_s:g} s", logs=outcome.get("logs"))
+            raise NodeFailed(f"node {node.name!r} timed out after {node.timeout_s:g} s", logs=outcome.get("logs"),
+                             error_types=TIMED_OUT)
     logs = outcome.get("logs", "")
     try:
         sink.flush()
         if "error" in outcome:
-            raise NodeFailed(_describe(outcome["error"]))
+            raise failure_of(outcome["error"])
         outputs = _shape_outputs(node, outcome.get("value"))
         made: list[Artifact] = []
         encoded = {m: encode(v, store, made, f"message {m!r} of node {node.name!r}") for m, v in outputs.items()}
@@ -228,6 +247,13 @@ def _shape_outputs(node: NodeSpec, value: Any) -> dict[str, Any]:
             problems.append(f"undeclared {', '.join(map(repr, extra))}")
         raise NodeFailed(f"node {node.name!r} returned a dict with {' and '.join(problems)}")
     return dict(value)
+
+
+def failure_of(exc: BaseException) -> NodeFailed:
+    """The node raised ``exc``: its failure, with the exception's class names, and whether memory ran out."""
+    oom = isinstance(exc, MemoryError)
+    return NodeFailed(f"{OUT_OF_MEMORY}{_describe(exc)}" if oom else _describe(exc), error_types=error_types(exc),
+                      oom=oom)
 
 
 def _describe(exc: BaseException) -> str:

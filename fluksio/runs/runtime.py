@@ -6,7 +6,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -16,12 +16,13 @@ from fluksio.artifacts.factory import open_store
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import ConfigError
 from fluksio.flows.registry import FlowRegistry
+from fluksio.placement.backend import Books
 from fluksio.placement.placer import Placer
 from fluksio.provisioners.base import Provisioner
 from fluksio.runs import family
 from fluksio.runs.events import Events, MemoryEvents, RedisEvents
 from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
-from fluksio.schemas import Inventory, RunStatus
+from fluksio.schemas import Inventory, Resources, RunStatus
 from fluksio.settings import Settings, redact_url
 from fluksio.store import runs as run_rows
 from fluksio.store.db import Database
@@ -82,7 +83,7 @@ class Runtime:
         db = _database(settings)
         machine = settings.machine_name or socket.gethostname()
         runtime = cls(settings=settings, db=db, artifacts=artifacts,
-                      registry=_registry(settings), placer=Placer(), inbox=MemoryInbox(),
+                      registry=_registry(settings), placer=_placer(settings), inbox=MemoryInbox(),
                       events=MemoryEvents(), machine=machine)
         runtime.placer.attach(local_inventory(settings, machine))
         return runtime
@@ -116,7 +117,7 @@ class Runtime:
         )
         books = RedisBooks(client, settings.heartbeat_ttl_s)
         provisioner = _provisioner(settings, client)
-        placer = Placer(books, provisioner_shapes=provisioner.shapes() if provisioner else ())
+        placer = _placer(settings, books, provisioner.shapes() if provisioner else ())
         return cls(settings=settings, db=_database(settings), artifacts=artifacts,
                    registry=_registry(settings), placer=placer, inbox=RedisInbox(client),
                    events=RedisEvents(client),
@@ -161,6 +162,13 @@ class Runtime:
             self.alerts.close()
         self.placer.books.close()
         self.db.dispose()
+
+
+def _placer(settings: Settings, books: Books | None = None,
+            shapes: Sequence[tuple[Resources, tuple[str, ...]]] = ()) -> Placer:
+    """The placer of an installation: its pools, and how long a dead driver's waiting calls are waited behind
+    (as long as its lease takes to go stale: its drivers keep their calls listed once per lease)."""
+    return Placer(books, provisioner_shapes=shapes, pools=settings.pools, stale_after_s=settings.stale_after_s)
 
 
 def _provisioner(settings: Settings, client: Redis) -> Provisioner | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from operator import attrgetter
 
 from fluksio.placement.backend import Books, MachinesChanged, MachineView, WaitingCall
@@ -13,6 +13,7 @@ from fluksio.placement.turns import (
     Ask,
     Kind,
     Paper,
+    Play,
     Refusal,
     WaitQueue,
     Why,
@@ -131,50 +132,56 @@ class MemoryBooks(Books):
                 return self._books[held].grants[ask.call_id], self._group_of(kind, held)
             groups = [self._pool_of(names) for names in kind.groups]
             listed = self._waiting.get(ask.call_id)
-            mine = listed.order if listed is not None else order_key(ask.priority, now, ask.call_id)
             paper = Paper(self._pool_used)
             first: list[str] = []  # the first call played through: what a refused call waits behind
-            oldest = None if stale_after_s is None else now - stale_after_s
-
-            def play(ahead: Kind, order: str) -> bool | None:
-                call_id = call_of(order)
-                entry = self._waiting.get(call_id)
-                if entry is None or (oldest is not None and entry.seen_at < oldest):
-                    self._waiting.pop(call_id, None)
-                    self._kinds.pop(call_id, None)
-                    return None  # its driver died: nobody will claim it
-                # Machines its plan named that left since are passed over (its own claim will plan again).
-                live = [list(self._books.values()) if names is None else
-                        [self._books[name] for name in names if name in self._books] for names in ahead.groups]
-                found = paper.pick(live, ahead.resources) if paper.pool_free(ahead) else None
-                if found is None:
-                    return False
-                paper.take(found[0], ahead)
-                if not first:
-                    first.append(call_id)
-                return True
-
-            self._queue.play_ahead(mine, play)
+            mine = ""  # worked out only when someone waits, or the call must (the usual claim needs neither)
+            if self._queue:
+                mine = listed.order if listed is not None else order_key(ask.priority, now, ask.call_id)
+                self._queue.play_ahead(mine, self._player(paper, first, None if stale_after_s is None
+                                                          else now - stale_after_s))
             found = paper.pick(groups, kind.resources) if paper.pool_free(kind) else None
-            if found is not None:
-                books, index = found
-                grant = books.take(kind.resources, ask.call_id, ask.clamped_from, kind.pool)
-                assert grant is not None  # what is free on paper is free
-                self._held[ask.call_id] = books.name
-                if kind.pool is not None:
-                    self._pools.setdefault(kind.pool, {})[ask.call_id] = books.name
-                tell = listed is not None and self._unlist(ask.call_id) and self._held_back
-                if tell:
-                    self._held_back = False
-            else:
+            if found is None:
                 refusal = self._refusal(ask, groups, first)
-                self._list(ask, listed, mine, now, refusal)
+                self._list(ask, listed, mine or order_key(ask.priority, now, ask.call_id), now, refusal)
                 return refusal
+            books, index = found
+            grant = books.take(kind.resources, ask.call_id, ask.clamped_from, kind.pool)
+            assert grant is not None  # what is free on paper is free
+            self._held[ask.call_id] = books.name
+            if kind.pool is not None:
+                self._pools.setdefault(kind.pool, {})[ask.call_id] = books.name
+            tell = listed is not None and self._unlist(ask.call_id) and self._held_back
+            if tell:
+                self._held_back = False
         if tell:
             self._changed()  # those refused for this call may go now
         return grant, index
 
-    def _refusal(self, ask: Ask, groups: list[list[MachineBooks]], first: list[str]) -> Refusal:
+    def _player(self, paper: Paper, first: list[str], oldest: float | None) -> Play:
+        """How the calls ahead of a claim are played through on ``paper`` (see ``WaitQueue.play_ahead``); the
+        first that takes its share is put in ``first``. Under the lock."""
+
+        def play(ahead: Kind, order: str) -> bool | None:
+            call_id = call_of(order)
+            entry = self._waiting.get(call_id)
+            if entry is None or (oldest is not None and entry.seen_at < oldest):
+                self._waiting.pop(call_id, None)
+                self._kinds.pop(call_id, None)
+                return None  # its driver died: nobody will claim it
+            # Machines its plan named that left since are passed over (its own claim will plan again).
+            live = [self._books.values() if names is None else
+                    [self._books[name] for name in names if name in self._books] for names in ahead.groups]
+            found = paper.pick(live, ahead.resources) if paper.pool_free(ahead) else None
+            if found is None:
+                return False
+            paper.take(found[0], ahead)
+            if not first:
+                first.append(call_id)
+            return True
+
+        return play
+
+    def _refusal(self, ask: Ask, groups: list[Collection[MachineBooks]], first: list[str]) -> Refusal:
         kind = ask.kind
         if kind.pool is not None and self._pool_used(kind.pool) >= kind.pool_limit:
             return Refusal(Why.POOL, pool_reason(kind.pool, self._pool_used(kind.pool), kind.pool_limit))
@@ -205,10 +212,10 @@ class MemoryBooks(Books):
             self._queue.remove(kind, entry.order)
         return entry is not None
 
-    def _pool_of(self, names: Sequence[str] | None) -> list[MachineBooks]:
+    def _pool_of(self, names: Sequence[str] | None) -> Collection[MachineBooks]:
         """The live books of a group of machines (``None``: every machine); raises if one of them left."""
         if names is None:
-            return list(self._books.values())
+            return self._books.values()
         try:
             return [self._books[name] for name in names]
         except KeyError as gone:

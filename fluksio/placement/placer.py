@@ -14,6 +14,7 @@ are shared — so waiting wakes on events, not on a timer.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -81,6 +82,8 @@ class _Plan:
     clamped_from: Resources | None
     #: The answer when no group can take the call now.
     waiting: Waiting
+    #: What the books are asked for (set by ``Placer._plan_for``, once per plan).
+    kind: Kind | None = None
 
 
 class Placer:
@@ -174,9 +177,8 @@ class Placer:
             # No machine could take it: a take would not have told us a machine attached meanwhile, so ask
             # the books afresh (one round trip to Redis) before saying the call waits for one to attach.
             plan, inventories = self._plan_for(request, cached=False)
-        kind = Kind(plan.wanted, tuple(names for names, _label in plan.groups), request.pool,
-                    self.pools.get(request.pool, 0) if request.pool else 0)
-        ask = Ask(request.call_id, kind, request.priority, plan.clamped_from, request.run_id, request.node,
+        assert plan.kind is not None  # every plan kept has its kind
+        ask = Ask(request.call_id, plan.kind, request.priority, plan.clamped_from, request.run_id, request.node,
                   plan.waiting.reason, request.detail)
         # Listed even when no machine could take it, so that it keeps its place for when one attaches.
         outcome = self.books.claim(ask, inventories, self._clock(), self.stale_after_s)
@@ -196,12 +198,15 @@ class Placer:
         if made_on is not inventories:  # a machine attached or left: every plan may change
             plans = {}
             self._plans = (inventories, plans)
-        key = (request.resources, request.device, request.policy)
+        key = (request.resources, request.device, request.policy, request.pool)
         plan = plans.get(key)
         if plan is None:
             if len(plans) >= PLANS_KEPT:
                 plans.clear()
-            plan = plans[key] = self._plan(request, inventories)
+            plan = self._plan(request, inventories)
+            kind = Kind(plan.wanted, tuple(names for names, _label in plan.groups), request.pool,
+                        self.pools.get(request.pool, 0) if request.pool else 0)
+            plan = plans[key] = dataclasses.replace(plan, kind=kind)
         return plan, inventories
 
     def _plan(self, request: Request, inventories: Sequence[Inventory]) -> _Plan:

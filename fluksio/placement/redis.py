@@ -22,7 +22,6 @@ drivers.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import secrets
@@ -51,13 +50,13 @@ from fluksio.constants import (
 from fluksio.placement import redis_claim
 from fluksio.placement import redis_scripts as scripts
 from fluksio.placement.backend import Books, MachinesChanged, MachineView, WaitingCall
-from fluksio.placement.turns import Ask, Kind, Refusal, Why, order_key
+from fluksio.placement.turns import Ask, Refusal, Why, order_key
 from fluksio.schemas import Grant, Inventory, Resources
 
 log = logging.getLogger(__name__)
 
 #: Candidate lists encoded for the take script, kept per list (the placer reuses its lists until the
-#: machines change), and kinds of claim encoded for the claim script; past this many a memo starts afresh.
+#: machines change); past this many the memo starts afresh.
 ENCODED_CANDIDATES_KEPT = 256
 
 
@@ -107,8 +106,6 @@ class RedisBooks(Books):
         self._cache: _Cache | None = None
         #: Candidate lists → their JSON for the take script; see ``ENCODED_CANDIDATES_KEPT``.
         self._encoded: dict[tuple[str, ...], str] = {}
-        #: Kinds of claim → (kind id, kind JSON) for the claim script; see ``ENCODED_CANDIDATES_KEPT``.
-        self._kinds: dict[Kind, tuple[str, str]] = {}
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._listener: threading.Thread | None = None
@@ -262,7 +259,7 @@ class RedisBooks(Books):
         if planned_on is not None and (cache is None or cache.inventories is not planned_on):
             raise MachinesChanged("the machines changed since the placement was planned")  # as take_best
         generation = cache.generation if cache is not None else ""  # nothing read yet: the script says stale
-        kind_id, kind_json = self._kind(ask.kind)
+        kind_id, kind_json = ask.kind.encoded
         listing = json.dumps({"run_id": ask.run_id, "node": ask.node, "priority": ask.priority,
                               "pool": ask.kind.pool})
         reply = self._claim(keys=redis_claim.KEYS, args=[
@@ -281,20 +278,6 @@ class RedisBooks(Books):
             return Refusal(Why(reply[1].decode()), reply[2].decode())
         self._refresh()
         raise MachinesChanged("a machine attached or left since the placement was planned")
-
-    def _kind(self, kind: Kind) -> tuple[str, str]:
-        """The kind's id and JSON for the claim script; worked out once per kind, not once per claim."""
-        known = self._kinds.get(kind)
-        if known is None:
-            if len(self._kinds) >= ENCODED_CANDIDATES_KEPT:
-                self._kinds = {}
-            body = json.dumps({
-                "cpus": kind.resources.cpus, "gpus": kind.resources.gpus, "ram_mb": kind.resources.ram_mb,
-                "groups": [0 if names is None else list(names) for names in kind.groups],
-                "pool": kind.pool or "", "limit": kind.pool_limit,
-            }, separators=(",", ":"))
-            known = self._kinds[kind] = (hashlib.sha256(body.encode()).hexdigest()[:24], body)
-        return known
 
     def pool_holders(self, pools: Sequence[str]) -> dict[str, list[str]]:
         pipe = self.redis.pipeline(transaction=False)

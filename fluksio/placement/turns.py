@@ -19,10 +19,13 @@ keep taking what frees up, one piece at a time. Give it a higher priority.)
 from __future__ import annotations
 
 import bisect
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+import functools
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from operator import attrgetter
 from typing import Protocol, TypeVar
 
 from fluksio.schemas import Resources
@@ -56,6 +59,17 @@ class Kind:
     pool: str | None = None
     #: The pool's slots, as the claiming process's settings say.
     pool_limit: int = 0
+
+    @functools.cached_property
+    def encoded(self) -> tuple[str, str]:
+        """``(id, JSON)``: the kind as the Redis claim script keeps it (``groups``: 0 for any machine), worked
+        out once per kind (the placer keeps one per plan), not once per claim."""
+        body = json.dumps({
+            "cpus": self.resources.cpus, "gpus": self.resources.gpus, "ram_mb": self.resources.ram_mb,
+            "groups": [0 if names is None else list(names) for names in self.groups],
+            "pool": self.pool or "", "limit": self.pool_limit,
+        }, separators=(",", ":"))
+        return hashlib.sha256(body.encode()).hexdigest()[:24], body
 
 
 @dataclass(frozen=True)
@@ -119,6 +133,8 @@ class Machine(Protocol):
 
 
 M = TypeVar("M", bound=Machine)
+#: The sort key of machines by ``backend.preference``.
+_RANK = attrgetter("rank")
 
 
 class Paper:
@@ -128,7 +144,7 @@ class Paper:
         self._pool_used = pool_used
         #: Machine name → (cpus, gpus, ram_mb) taken on paper.
         self._taken: dict[str, tuple[int, int, int]] = {}
-        self._pools: Counter[str] = Counter()
+        self._pools: dict[str, int] = {}
 
     def fits(self, machine: Machine, want: Resources) -> bool:
         cpus, gpus, ram_mb = self._taken.get(machine.name, (0, 0, 0))
@@ -136,14 +152,20 @@ class Paper:
                 and machine.free_ram_mb - ram_mb >= want.ram_mb)
 
     def pool_free(self, kind: Kind) -> bool:
-        return kind.pool is None or self._pool_used(kind.pool) + self._pools[kind.pool] < kind.pool_limit
+        return kind.pool is None or self._pool_used(kind.pool) + self._pools.get(kind.pool, 0) < kind.pool_limit
 
-    def pick(self, groups: Sequence[Sequence[M]], want: Resources) -> tuple[M, int] | None:
+    def pick(self, groups: Sequence[Iterable[M]], want: Resources) -> tuple[M, int] | None:
         """The preferred machine (of the first group that has one) the request fits on, on paper."""
+        cpus, gpus, ram_mb, taken = want.cpus, want.gpus, want.ram_mb, self._taken
         for index, group in enumerate(groups):
-            fitting = [machine for machine in group if self.fits(machine, want)]
+            # Tight: it runs over every candidate on every claim. What is free for real is checked first;
+            # only the few machines with something taken on paper need a second look.
+            fitting = [machine for machine in group if machine.free_cpus >= cpus and machine.free_ram_mb >= ram_mb
+                       and (not gpus or len(machine.free_gpus) >= gpus)]
+            if taken:
+                fitting = [machine for machine in fitting if machine.name not in taken or self.fits(machine, want)]
             if fitting:
-                return min(fitting, key=lambda machine: machine.rank), index
+                return min(fitting, key=_RANK), index
         return None
 
     def take(self, machine: Machine, kind: Kind) -> None:
@@ -151,7 +173,7 @@ class Paper:
         want = kind.resources
         self._taken[machine.name] = (cpus + want.cpus, gpus + want.gpus, ram_mb + want.ram_mb)
         if kind.pool is not None:
-            self._pools[kind.pool] += 1
+            self._pools[kind.pool] = self._pools.get(kind.pool, 0) + 1
 
 
 #: ``play(kind, order)``: ``True`` when the call took its share on paper, ``False`` when it cannot go (nor
@@ -180,6 +202,9 @@ class WaitQueue:
 
     def __len__(self) -> int:
         return sum(len(orders) for orders in self._orders.values())
+
+    def __bool__(self) -> bool:
+        return bool(self._orders)  # a kind with no call left is removed
 
     def play_ahead(self, mine: str, play: Play) -> None:
         """Offer ``play`` every call ahead of ``mine`` in order, but none after one of its kind that cannot go."""

@@ -151,3 +151,23 @@ def test_a_retry_that_did_not_run_out_of_memory_asks_for_the_same(make_runtime):
     flow = one_node(resources=Resources(ram_mb=3000), retries=2, escalate_ram=2.0)
     drive_with(runtime, flow, scripted(runtime, [{"error": ValueError("no")}, {}], calls))
     assert [c.grant.ram_mb for c in calls] == [3000, 3000]
+
+
+def test_a_cancel_while_a_retry_backs_off_cancels_it_at_once(make_runtime):
+    from fluksio.messages import Cancel
+
+    runtime = make_runtime(cpus=1)
+    calls: list[NodeCall] = []
+
+    def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
+        calls.append(call)
+        answer(runtime, call, error=TimeoutError("slow"))
+        runtime.inbox.push(call.run_id, Cancel())  # read after the completion: the retry waits out 60 s
+
+    started = time.monotonic()
+    run_id = drive_with(runtime, one_node(retries=2, retry_backoff_s=60, retry_backoff_max_s=60), dispatch)
+    assert time.monotonic() - started < 10  # not the minute the retry would have waited
+    record = load_record(runtime.db, run_id)
+    assert record.status.value == "cancelled" and len(calls) == 1
+    assert [(n.attempt, n.status.value, n.error) for n in sorted(record.nodes, key=lambda n: n.attempt)] == [
+        (1, "error", "TimeoutError: slow"), (2, "cancelled", "cancelled while waiting to be retried")]

@@ -244,7 +244,8 @@ class Client:
         return family.cancel(self.runtime, run_id, reason)
 
     def placement(self) -> dict[str, Any]:
-        """Every machine (total, free, labels, calls, heartbeat), what waits and why, and the provisioners."""
+        """Every machine (total, free, labels, calls, heartbeat), what waits and why (in the order it will be
+        granted, with priority, pool and age), each pool's use, and the provisioners."""
         # A driver keeps its waiting calls on the list once per lease interval; one that has not for as
         # long as a lease takes to go stale is dead, and so are its entries.
         snapshot = self.runtime.placer.snapshot(stale_after_s=self.settings.stale_after_s)

@@ -146,6 +146,7 @@ class Client:
             params=params, seed=seed,
             group=group, no_cache=no_cache, idempotency_key=idempotency_key, priority=priority,
             embedded_machines=self.runtime.placer.machines() if self.settings.embedded else None,
+            pools=self.settings.pools,
         )
         if created or run.status == RunStatus.QUEUED.value:
             # A retry of a submit whose hand-over failed gets it handed over now (claiming is idempotent).
@@ -273,7 +274,8 @@ class Client:
         return family.cancel(self.runtime, run_id, reason)
 
     def placement(self) -> dict[str, Any]:
-        """Every machine (total, free, labels, calls, heartbeat), what waits and why, and the provisioners."""
+        """Every machine (total, free, labels, calls, heartbeat), what waits and why (in the order it will be
+        granted, with priority, pool and age), each pool's use, and the provisioners."""
         # A driver keeps its waiting calls on the list once per lease interval; one that has not for as
         # long as a lease takes to go stale is dead, and so are its entries.
         snapshot = self.runtime.placer.snapshot(stale_after_s=self.settings.stale_after_s)

@@ -46,16 +46,24 @@ class CodecError(FluksioError):
 class NodeFailed(FluksioError):
     """A node call did not produce valid outputs. Raised inside node execution only.
 
-    ``logs`` is what the call printed before it failed, reported with the error.
+    ``logs`` is what the call printed before it failed, reported with the error; ``error_types`` the names of
+    the exception the node raised and its bases (for ``retry_on``), ``oom`` whether it ran out of memory.
     """
 
-    def __init__(self, message: str, logs: str | None = None) -> None:
+    def __init__(self, message: str, logs: str | None = None, error_types: tuple[str, ...] = (),
+                 oom: bool = False) -> None:
         super().__init__(message)
         self.logs = logs
+        self.error_types = error_types
+        self.oom = oom
 
 
 class MessageRefused(FluksioError):
     """A message from the broker (a node call, a completion) is not one this version of fluksio sends."""
+
+
+class PlacementError(FluksioError):
+    """A request can never be placed: it names a pool this installation does not have."""
 
 
 class StoreUnavailable(FluksioError):

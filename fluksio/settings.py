@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     memory_polling_interval_s: float = Field(default=0.001, gt=0)
     #: The longest list (product of lists) a mapped node maps over: a longer one fails the node.
     max_elements: int = Field(default=100_000, ge=1)
+    #: Named installation-wide slot counts (``{"licenses": 4}``; a ``[pools]`` table in fluksio.toml): a node
+    #: with ``pool="licenses"`` holds one slot while it runs, on any machine.
+    pools: dict[str, int] = Field(default_factory=dict)
     #: Captured logs kept per node call, in characters.
     log_limit_chars: int = Field(default=64_000, ge=0)
     #: Celery task events (what Flower shows) from the start. Off, they cost four broker messages per
@@ -161,6 +164,16 @@ class Settings(BaseSettings):
             raise ValueError(f"message signing needs a key, its certificate and a store of trusted certificates; "
                              f"{missing} {'is' if missing.count(',') == 0 else 'are'} not set")
         return self
+
+    @field_validator("pools")
+    @classmethod
+    def _pool_names_and_slots(cls, value: dict[str, int]) -> dict[str, int]:
+        for name, slots in value.items():
+            if not name.isidentifier() or len(name) > 200:
+                raise ValueError(f"pool name {name!r} is not valid; use a Python identifier such as 'licenses'")
+            if slots < 1:
+                raise ValueError(f"pool {name!r} must have at least 1 slot, got {slots}")
+        return value
 
     @field_validator("flows", "labels", mode="before")
     @classmethod

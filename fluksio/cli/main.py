@@ -299,7 +299,8 @@ def cancel(run_id: str) -> None:
 @cli.command()
 @click.option("--json", "as_json", is_flag=True)
 def placer(as_json: bool) -> None:
-    """Show the machines the placer knows, what is free, and what waits."""
+    """Show the machines the placer knows, what is free, what waits (in the order it will be granted), and
+    each pool's use."""
     with _client() as client:
         snapshot = client.placement()
     if as_json:
@@ -319,14 +320,24 @@ def placer(as_json: bool) -> None:
                       f"{m['free']['ram_mb']}/{m['total']['ram_mb']}", str(m["calls"]), beat)
     out.print(table if snapshot["machines"] else "no machines attached")
     if snapshot["waiting"]:
-        waiting = Table(show_edge=False, header_style="bold", title="waiting", title_justify="left")
-        for column in ("run", "node", "for", "why"):
-            waiting.add_column(column)
-        for w in snapshot["waiting"]:
-            waiting.add_row(w["run_id"] or "", w["node"] or "", f"{w['waiting_s']:.1f}s", w["reason"])
+        # In the order they will be granted: highest priority first, then the longest waiting.
+        waiting = Table(show_edge=False, header_style="bold", title="waiting, in the order granted",
+                        title_justify="left")
+        for column in ("#", "run", "node", "priority", "pool", "for", "why"):
+            waiting.add_column(column, justify="right" if column in ("#", "priority") else "left")
+        for turn, w in enumerate(snapshot["waiting"], 1):
+            waiting.add_row(str(turn), w["run_id"] or "", w["node"] or "", str(w.get("priority", 0)),
+                            w.get("pool") or "", f"{w['waiting_s']:.1f}s", w["reason"])
         out.print(waiting)
     else:
         out.print("nothing waiting")
+    if snapshot.get("pools"):
+        pools = Table(show_edge=False, header_style="bold", title="pools", title_justify="left")
+        for column in ("pool", "in use", "held by"):
+            pools.add_column(column)
+        for p in snapshot["pools"]:
+            pools.add_row(p["name"], f"{p['in_use']}/{p['slots']}", render.name_list(p["calls"]))
+        out.print(pools)
     if snapshot["provisioners"] and "profile" in snapshot["provisioners"][0]:
         profiles = Table(show_edge=False, header_style="bold", title="provisioners", title_justify="left")
         for column in ("profile", "labels", "state", "job", "slurm state", "pending", "note"):

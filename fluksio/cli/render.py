@@ -16,7 +16,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from fluksio.schemas import NodeRecord, RunRecord
+from fluksio.schemas import NodeRecord, Resources, RunRecord
 
 STATUS_STYLE = {
     "ok": "green", "cached": "cyan", "running": "yellow", "queued": "blue", "error": "red",
@@ -87,6 +87,7 @@ def runs_table(records: list[RunRecord], metrics: dict[str, dict[str, float]] | 
     """
     metric_names = sorted({n for m in (metrics or {}).values() for n in m})
     seeded = any(r.seed is not None for r in records)
+    prioritised = any(r.priority for r in records)  # fair sharing: a column only when some run has a priority
 
     def cells(record: RunRecord, run_id: str, flow_width: int) -> list[str]:
         duration = f"{record.duration_ms / 1000:.2f}s" if record.duration_ms is not None else ""
@@ -94,10 +95,13 @@ def runs_table(records: list[RunRecord], metrics: dict[str, dict[str, float]] | 
                duration]
         if seeded:
             row.append("" if record.seed is None else str(record.seed))
+        if prioritised:
+            row.append(str(record.priority))
         last = (metrics or {}).get(record.id, {})
         return row + [f"{last[n]:.4g}" if n in last else "" for n in metric_names]
 
-    headers = ["run", "flow", "status", "created", "duration", *(["seed"] if seeded else []), *metric_names]
+    headers = ["run", "flow", "status", "created", "duration", *(["seed"] if seeded else []),
+               *(["prio"] if prioritised else []), *metric_names]
     rows = [cells(r, r.id, FLOW_WIDE) for r in records]
     if width - _row_width(headers, rows) - COLUMN_GAP < PARAMS_ROOMY:
         ids = short_ids([r.id for r in records])
@@ -148,7 +152,7 @@ def nodes_table(record: RunRecord) -> Table:
     """A row per node call; a mapped node's elements folded into one row (``38/40 ok, 2 error``), its
     failed elements listed under it."""
     table = Table(show_edge=False, header_style="bold")
-    for column in ("node", "status", "machine", "gpus", "attempt", "duration", "error"):
+    for column in ("node", "status", "machine", "gpus", "granted", "attempt", "duration", "error"):
         table.add_column(column)
     elements: dict[str, dict[int, NodeRecord]] = {}
     for n in record.nodes:
@@ -156,25 +160,39 @@ def nodes_table(record: RunRecord) -> Table:
             latest = elements.setdefault(n.node, {})
             if n.index not in latest or n.attempt >= latest[n.index].attempt:
                 latest[n.index] = n
+    last: dict[tuple[str, int | None], int] = {}  # (node, element) → its last attempt: earlier ones were retried
+    for n in record.nodes:
+        last[(n.node, n.index)] = max(n.attempt, last.get((n.node, n.index), 0))
     shown: set[str] = set()
     for n in record.nodes:
         if n.index is None:
-            _node_row(table, n.node, n)
+            _node_row(table, n.node, n, retried=n.attempt < last[(n.node, None)])
         elif n.node not in shown:
             shown.add(n.node)
             _mapped_rows(table, n.node, elements[n.node])
     return table
 
 
-def _node_row(table: Table, name: str, n: NodeRecord) -> None:
+def _node_row(table: Table, name: str, n: NodeRecord, retried: bool = False) -> None:
+    """One call's row; ``retried``: a later attempt followed it (its error is why)."""
     duration = f"{n.duration_ms / 1000:.3f}s" if n.duration_ms is not None else ""
     error = (n.error or "").splitlines()[0] if n.error else ""
     if n.cached_from:
         error = f"cached from {n.cached_from}"
     elif n.child_run and not error:
         error = f"child run {n.child_run}"
-    table.add_row(name, styled(n.status.value), n.machine or "", ",".join(map(str, n.gpus)), str(n.attempt),
-                  duration, short(error, 70))
+    elif retried:
+        error = f"retried after: {error or n.status.value}"
+    table.add_row(name, styled(n.status.value), n.machine or "", ",".join(map(str, n.gpus)), granted_text(n.granted),
+                  str(n.attempt), duration, short(error, 70))
+
+
+def granted_text(granted: Resources | None) -> str:
+    """``1 cpu · 1 gpu · 8000 MB``: what an attempt held."""
+    if granted is None:
+        return ""
+    parts = [f"{granted.cpus} cpu"] + ([f"{granted.gpus} gpu"] if granted.gpus else [])
+    return " · ".join(parts + ([f"{granted.ram_mb} MB"] if granted.ram_mb else []))
 
 
 def _mapped_rows(table: Table, node: str, latest: dict[int, NodeRecord]) -> None:
@@ -189,7 +207,7 @@ def _mapped_rows(table: Table, node: str, latest: dict[int, NodeRecord]) -> None
     note = f"failed: {', '.join(f'{node}[{n.index}]' for n in failed[:FAILED_ELEMENTS_SHOWN])}" if failed else ""
     if len(failed) > FAILED_ELEMENTS_SHOWN:
         note += f" and {len(failed) - FAILED_ELEMENTS_SHOWN} more"
-    table.add_row(node, Text(status, style="red" if failed else "green"), short(", ".join(machines), 30), "",
+    table.add_row(node, Text(status, style="red" if failed else "green"), short(", ".join(machines), 30), "", "",
                   str(max(n.attempt for n in latest.values())), span, note)
     for n in failed[:FAILED_ELEMENTS_SHOWN]:
         _node_row(table, f"  {node}[{n.index}]", n)
@@ -214,14 +232,14 @@ def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], a
     details = [f"params {short(record.params, 100)}"]
     if record.seed is not None:
         details.append(f"seed {record.seed}")
+    if record.priority:
+        details.append(f"priority {record.priority}")
     if record.duration_ms is not None:
         details.append(f"took {record.duration_ms / 1000:.2f}s")
     if record.group_id:
         details.append(f"group {record.group_id}")
     if record.parent_id:
         details.append(f"child of {record.parent_id} ({record.parent_node})")
-    if record.priority:
-        details.append(f"priority {record.priority}")
     parts.append(Text(" · ".join(details), style="dim"))
     if record.nodes:
         parts.append(nodes_table(record))

@@ -150,7 +150,9 @@ class Driver:
                 return
             if self._only_children_left() and self._park():
                 return
-            wake_at = min(next_lease, next_check, s.journal.due_at() or next_check)
+            # A retry backing off is woken for here, in the drive's own schedule: it holds no grant meanwhile.
+            wake_at = min(next_lease, next_check, s.journal.due_at() or next_check,
+                          self.dispatcher.backoff_due_at() or next_check)
             message = s.rt.inbox.pop(s.run_id, timeout=max(0.0, wake_at - time.monotonic()))
             now = time.monotonic()
             if now >= next_lease:
@@ -223,7 +225,7 @@ class Driver:
     def _only_children_left(self) -> bool:
         """Whether all this drive waits for is child runs: nothing in flight, nothing to place or to write."""
         s = self.s
-        return (bool(s.children) and not s.calls and not s.walk.has_fresh and not s.cancelled
+        return (bool(s.children) and not s.calls and not s.walk.has_fresh and not s.cancelled and not s.backoff
                 and not any(queue for queue in s.waitlists.queues.values()))
 
     def _park(self) -> bool:

@@ -26,7 +26,7 @@ from fluksio.execution.secrets import carried, hidden, redact, secret_inputs
 from fluksio.execution.secrets import resolve as resolve_secret
 from fluksio.execution.values import encode, receive
 from fluksio.flows.flow import Flow
-from fluksio.flows.node import NodeSpec
+from fluksio.flows.node import NodeSpec, error_types
 from fluksio.flows.secret import NAME as SECRET_NAME
 from fluksio.flows.source import short
 from fluksio.messages import Completion, MadeArtifact, NodeCall
@@ -34,6 +34,11 @@ from fluksio.runs.runtime import Runtime
 from fluksio.store.runs import call_refusal
 
 log = logging.getLogger(__name__)
+
+#: What a row's error starts with when its call ran out of memory.
+OUT_OF_MEMORY = "out of memory: "
+#: The error types of a call that ran past its ``timeout_s`` (``retry_on=(TimeoutError,)`` retries it).
+TIMED_OUT = error_types(TimeoutError())
 
 
 def execute_call(runtime: Runtime, wire: Any) -> None:
@@ -78,7 +83,8 @@ def execute_call(runtime: Runtime, wire: Any) -> None:
             ran = run_node_here(runtime, node, call, secrets=secret_inputs(flow))
         _settle(runtime, call, started, status="ok", outputs=ran.outputs, artifacts=ran.artifacts, logs=ran.logs)
     except NodeFailed as exc:
-        _settle(runtime, call, started, status="error", error=str(exc), logs=exc.logs)
+        _settle(runtime, call, started, status="error", error=str(exc), logs=exc.logs, error_types=exc.error_types,
+                oom=exc.oom)
     except interrupt.CallCancelled:
         _settle(runtime, call, started, status="error", error="cancelled while running")
     except ArtifactError as exc:  # the store failed or timed out: this node's error (retried per its retries)
@@ -133,14 +139,26 @@ def other_code(machine: str, flow: str, here: str, claimed: str) -> str:
 
 def _settle(runtime: Runtime, call: NodeCall, started: str, *, status: Literal["ok", "error"],
             outputs: dict[str, Any] | None = None, artifacts: tuple[MadeArtifact, ...] = (), logs: str | None = None,
-            error: str | None = None) -> None:
+            error: str | None = None, error_types: tuple[str, ...] = (), oom: bool = False) -> None:
     """Give the call's resources back, then tell its driver how it ended (the one place a completion is made)."""
+    settle(runtime, call, started=started, status=status, outputs=outputs, artifacts=artifacts, logs=logs,
+           error=error, error_types=error_types, oom=oom)
+
+
+def settle(runtime: Runtime, call: NodeCall, *, started: str | None, status: Literal["ok", "error"],
+           outputs: dict[str, Any] | None = None, artifacts: tuple[MadeArtifact, ...] = (), logs: str | None = None,
+           error: str | None = None, error_types: tuple[str, ...] = (), oom: bool = False) -> None:
+    """Give the call's resources (and pool slot) back, then push its completion onto its driver's inbox.
+
+    Also for a call whose process died under it (``execution.lost``): the one place a completion is made.
+    """
     grant = call.grant
     completion = Completion(
         call_id=call.call_id, node=call.node, index=call.index, attempt=call.attempt, status=status,
         machine=grant.machine,
         gpus=tuple(grant.gpus), started_at=started, finished_at=datetime.now(timezone.utc).isoformat(),
         epoch=call.epoch, outputs=outputs, artifacts=artifacts, logs=_storable(logs), error=_storable(error),
+        error_types=error_types, oom=oom,
     )
     try:
         # Give the resources back before telling the driver, so its next claim can use them.
@@ -193,7 +211,9 @@ def _run(runtime: Runtime, node: NodeSpec, call: NodeCall, kwargs: dict[str, Any
     try:
         emitter.flush()
         if "error" in outcome:
-            raise NodeFailed(redact(_describe(outcome["error"]), secrets) or "failed")
+            failure = failure_of(outcome["error"])
+            raise NodeFailed(redact(str(failure), secrets) or "failed", error_types=failure.error_types,
+                             oom=failure.oom)
         encoded = _encode(node, outcome.get("value"), emitter.streamed, runtime.artifacts)
         if secrets and carried(encoded, secrets):
             raise NodeFailed(f"node {node.name!r} put the value of a secret into its outputs, which would store it in "
@@ -241,7 +261,8 @@ def _call(node: NodeSpec, call: NodeCall, kwargs: dict[str, Any], limit: int, se
     runner.join(node.timeout_s)
     if runner.is_alive():
         interrupt.interrupt(call.call_id)  # stop it at its next Python instruction
-        raise NodeFailed(f"node {node.name!r} timed out after {node.timeout_s:g} s", logs=outcome.get("logs"))
+        raise NodeFailed(f"node {node.name!r} timed out after {node.timeout_s:g} s", logs=outcome.get("logs"),
+                         error_types=TIMED_OUT)
     return outcome
 
 
@@ -276,6 +297,13 @@ def _shape_outputs(node: NodeSpec, value: Any) -> dict[str, Any]:
             problems.append(f"undeclared {', '.join(map(repr, extra))}")
         raise NodeFailed(f"node {node.name!r} returned a dict with {' and '.join(problems)}")
     return dict(value)
+
+
+def failure_of(exc: BaseException) -> NodeFailed:
+    """The node raised ``exc``: its failure, with the exception's class names, and whether memory ran out."""
+    oom = isinstance(exc, MemoryError)
+    return NodeFailed(f"{OUT_OF_MEMORY}{_describe(exc)}" if oom else _describe(exc), error_types=error_types(exc),
+                      oom=oom)
 
 
 def _describe(exc: BaseException) -> str:

@@ -19,6 +19,7 @@ from typing import Literal
 
 from fluksio.errors import NodeFailed
 from fluksio.execution.ran import Ran
+from fluksio.flows.node import error_types
 from fluksio.messages import Completion, NodeCall
 
 #: The child's report is the stdout line that starts with this.
@@ -44,18 +45,25 @@ def run_in_child(call: NodeCall, gpus: tuple[int, ...], timeout_s: float | None)
         )
     except subprocess.TimeoutExpired as exc:
         raise NodeFailed(f"node {call.node!r} timed out after {timeout_s:g} s",
-                         logs=_text(exc.stdout) + _text(exc.stderr)) from None
+                         logs=_text(exc.stdout) + _text(exc.stderr),
+                         error_types=error_types(TimeoutError())) from None
     lines = done.stdout.splitlines()
     report = next((line for line in reversed(lines) if line.startswith(RESULT_MARKER)), None)
     noise = "\n".join(line for line in lines if not line.startswith(RESULT_MARKER))
     if report is None:
+        logs = (noise + "\n" + done.stderr).strip()
+        if done.returncode == -signal.SIGKILL:
+            # Nothing in fluksio kills it so (a cancel kills its parent, and the parent's end this child):
+            # the kernel's OOM killer does, or a person with kill -9.
+            raise NodeFailed(f"out of memory: the process running node {call.node!r} was killed by SIGKILL (the "
+                             "kernel's OOM killer, or kill -9)", logs=logs, oom=True)
         raise NodeFailed(f"the process running node {call.node!r} exited with code {done.returncode} before "
-                         "reporting", logs=(noise + "\n" + done.stderr).strip())
+                         "reporting", logs=logs)
     # The child reports as a completion would (the same fields, checked the same way).
     result = Completion.from_wire(json.loads(report[len(RESULT_MARKER):]))
     logs = "\n".join(part for part in (result.logs or "", noise, done.stderr) if part)
     if not result.ok:
-        raise NodeFailed(result.error or "failed", logs=logs)
+        raise NodeFailed(result.error or "failed", logs=logs, error_types=result.error_types, oom=result.oom)
     return Ran(result.outputs or {}, result.artifacts, logs)
 
 
@@ -74,10 +82,11 @@ def main() -> None:
     runtime = Runtime.standalone(load_settings())
 
     def report(status: Literal["ok", "error"], ran: Ran | None = None, error: str | None = None,
-               logs: str | None = None) -> Completion:
+               logs: str | None = None, failed: NodeFailed | None = None) -> Completion:
         return Completion(call_id=call.call_id, node=call.node, index=call.index, attempt=call.attempt, status=status,
                           outputs=ran.outputs if ran else None, artifacts=ran.artifacts if ran else (),
-                          logs=ran.logs if ran else logs, error=error)
+                          logs=ran.logs if ran else logs, error=error,
+                          error_types=failed.error_types if failed else (), oom=failed.oom if failed else False)
 
     try:
         flow = runtime.registry.get(call.flow)
@@ -93,7 +102,7 @@ def main() -> None:
         done = report("ok", run_node_here(runtime, flow.nodes[call.node], call, use_timeout=False,
                                           secrets=secret_inputs(flow)))
     except NodeFailed as exc:
-        done = report("error", error=str(exc), logs=exc.logs)
+        done = report("error", error=str(exc), logs=exc.logs, failed=exc)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the node with it
         done = report("error", error=f"{type(exc).__name__}: {exc}")
     out = sys.__stdout__

@@ -72,6 +72,15 @@ class NodeSpec:
     child_outputs: tuple[tuple[str, str], ...] = ()
     #: Of a subflow node: ``(child input, value)`` given as constants.
     constants: tuple[tuple[str, Any], ...] = ()
+    #: A pool (the ``pools`` setting) each call holds one slot of while it runs.
+    pool: str | None = None
+    #: Retry ``k`` waits ``retry_backoff_s · 2^(k-1)`` seconds (±25 %), at most ``retry_backoff_max_s``.
+    retry_backoff_s: float = 0.0
+    retry_backoff_max_s: float = 300.0
+    #: Names of the exception classes a failure is retried for (``None``: any); see ``exception_name``.
+    retry_on: tuple[str, ...] | None = None
+    #: An attempt that ran out of memory is retried asking for ``ram_mb × escalate_ram`` (``None``: the same).
+    escalate_ram: float | None = None
 
     @property
     def messages(self) -> tuple[str, ...]:
@@ -100,7 +109,31 @@ class NodeSpec:
 
 #: What ``@flow.node(...)`` accepts, for the message that names a misspelt option.
 NODE_OPTIONS = ("name", "provides", "requires", "streams", "device", "device_policy", "resources", "retries",
-                "timeout_s", "cache", "map", "max_parallel", "when", "unless")
+                "timeout_s", "cache", "map", "max_parallel", "when", "unless", "pool", "retry_backoff_s",
+                "retry_backoff_max_s", "retry_on", "escalate_ram")
+
+
+def exception_name(error: type[BaseException]) -> str:
+    """How a ``retry_on`` class is matched across processes: by its qualified name within its module
+    (``TimeoutError``, ``Client.Refused``), which a failure's ``error_types`` end with."""
+    return error.__qualname__
+
+
+def error_types(error: BaseException) -> tuple[str, ...]:
+    """The names of an exception's class and its bases, most specific first: ``TimeoutError`` for builtins,
+    ``module.Qualname`` for the rest (``object`` left out). What a failed call reports, for ``retry_on``."""
+    return tuple(cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+                 for cls in type(error).__mro__ if cls is not object)
+
+
+@dataclass(frozen=True)
+class RetryOptions:
+    """A node's options that shape its retries, as given to ``@flow.node`` (:func:`retry_options` checks them)."""
+
+    retry_backoff_s: float = 0.0
+    retry_backoff_max_s: float = 300.0
+    retry_on: Any = None
+    escalate_ram: float | None = None
 
 
 def refuse_unknown_options(where: str, unknown: Mapping[str, Any], known: Sequence[str] = NODE_OPTIONS) -> None:
@@ -109,8 +142,9 @@ def refuse_unknown_options(where: str, unknown: Mapping[str, Any], known: Sequen
         return
     parts = []
     for option in sorted(unknown):
-        close = difflib.get_close_matches(option, known, n=1)
-        parts.append(f"{option!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        # Two guesses: 'retry' is as likely retries as retry_on.
+        close = difflib.get_close_matches(option, known, n=2)
+        parts.append(f"{option!r}" + (f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""))
     raise FlowError(f"{where} got unknown option(s) {', '.join(parts)}; the options are: {', '.join(known)}")
 
 
@@ -133,6 +167,8 @@ def make_node(
     when: str | None = None,
     unless: str | None = None,
     scope: Mapping[str, Any] | None = None,
+    pool: str | None = None,
+    retry: RetryOptions | None = None,
 ) -> NodeSpec:
     """The node ``fn`` declares; ``scope``: the names visible where it was declared (for its annotations)."""
     if not callable(fn):
@@ -206,6 +242,9 @@ def make_node(
         raise FlowError(f"{where}: resources must ask for at least 1 cpu, got {res.cpus}")
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise FlowError(f"{where}: retries must be a whole number ≥ 0, got {retries!r}")
+    retrying = retry_options(retry or RetryOptions(), retries, res, where)
+    if pool is not None:
+        check_identifier("pool", pool, where)
     if timeout_s is not None and (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
                                   or timeout_s <= 0):
         raise FlowError(f"{where}: timeout_s must be a positive number of seconds, got {timeout_s!r}")
@@ -220,6 +259,7 @@ def make_node(
         optional=frozenset(m for p, m in zip(bound, required) if p in optional and p not in mapping),
         map=tuple((param, mapping[param]) for param in mapping), when=dict(conditions).get("when"),
         unless=dict(conditions).get("unless"), max_parallel=max_parallel, types=types, adapters=adapters,
+        pool=pool, **retrying,
     )
 
 
@@ -244,6 +284,59 @@ def with_input_types(spec: NodeSpec, input_types: Mapping[str, Any], where: str)
     if len(types) == len(spec.types):
         return spec
     return dataclasses.replace(spec, types=types, adapters=adapters)
+
+
+def _seconds(value: Any, what: str, where: str, positive: bool = False) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or (positive and not value):
+        raise FlowError(f"{where}: {what} must be a {'positive' if positive else 'non-negative'} number of seconds, "
+                        f"got {value!r}")
+    return float(value)
+
+
+def retry_options(options: RetryOptions, retries: int, resources: Resources, where: str) -> dict[str, Any]:
+    """``retry_backoff_s``, ``retry_backoff_max_s``, ``retry_on`` and ``escalate_ram`` checked, as NodeSpec fields.
+
+    Each of them shapes retries, so each needs ``retries`` ≥ 1; ``retry_on`` takes exception classes or their
+    names (one, or a tuple); ``escalate_ram`` multiplies a ``ram_mb`` the node asks for, by more than 1.
+    """
+    given = [name for name, default in (("retry_backoff_s", 0.0), ("retry_on", None), ("escalate_ram", None))
+             if getattr(options, name) != default]
+    if given and not retries:
+        verb = "applies" if len(given) == 1 else "apply"
+        raise FlowError(f"{where}: {' and '.join(given)} {verb} to retries, but the node has retries=0; add retries=N")
+    backoff = _seconds(options.retry_backoff_s, "retry_backoff_s", where)
+    cap = _seconds(options.retry_backoff_max_s, "retry_backoff_max_s", where, positive=True)
+    if cap < backoff:
+        raise FlowError(f"{where}: retry_backoff_max_s ({cap:g}) is less than retry_backoff_s ({backoff:g}); the "
+                        "cap must be at least the first wait")
+    names: tuple[str, ...] | None = None
+    if options.retry_on is not None:
+        given_on = options.retry_on if isinstance(options.retry_on, (tuple, list, set, frozenset)) else (
+            options.retry_on,)
+        names = tuple(_exception(entry, where) for entry in given_on)
+        if not names:
+            raise FlowError(f"{where}: retry_on is empty, so no failure would be retried; name exception classes "
+                            "(retry_on=(TimeoutError, 'ConnectionError')) or leave it out to retry any failure")
+    escalate = options.escalate_ram
+    if escalate is not None:
+        if not isinstance(escalate, (int, float)) or isinstance(escalate, bool) or not escalate > 1:
+            raise FlowError(f"{where}: escalate_ram must be a number greater than 1 (2.0 doubles the RAM of each "
+                            f"retry after running out of memory), got {escalate!r}")
+        if not resources.ram_mb:
+            raise FlowError(f"{where}: escalate_ram multiplies the RAM the node asks for, and it asks for none; "
+                            "give resources=Resources(ram_mb=...)")
+        escalate = float(escalate)
+    return {"retry_backoff_s": backoff, "retry_backoff_max_s": cap, "retry_on": names, "escalate_ram": escalate}
+
+
+def _exception(entry: Any, where: str) -> str:
+    """A ``retry_on`` entry as the name failures are matched by."""
+    if isinstance(entry, type) and issubclass(entry, BaseException):
+        return exception_name(entry)
+    if isinstance(entry, str) and entry and all(part.isidentifier() for part in entry.split(".")):
+        return entry
+    raise FlowError(f"{where}: retry_on takes exception classes or their names (TimeoutError, 'ConnectionError', "
+                    f"'requests.exceptions.HTTPError'), got {entry!r}")
 
 
 def _mapping(mapped: Mapping[str, str] | None, params: tuple[str, ...], where: str) -> dict[str, str]:

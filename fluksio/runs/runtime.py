@@ -6,13 +6,14 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from fluksio.artifacts.factory import open_store
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.flows.registry import FlowRegistry
+from fluksio.placement.backend import Books
 from fluksio.placement.placer import Placer
 from fluksio.provisioners.base import Provisioner
 from fluksio.runs import family
@@ -20,7 +21,7 @@ from fluksio.runs.contact import open_run_store
 from fluksio.runs.events import Events, MemoryEvents, RedisEvents
 from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
 from fluksio.runs.signing import load_signer
-from fluksio.schemas import Inventory, RunStatus
+from fluksio.schemas import Inventory, Resources, RunStatus
 from fluksio.settings import Settings
 from fluksio.store import runs as run_rows
 from fluksio.store.db import Database
@@ -81,7 +82,7 @@ class Runtime:
         db = open_run_store(settings)
         machine = settings.machine_name or socket.gethostname()
         runtime = cls(settings=settings, db=db, artifacts=artifacts,
-                      registry=_registry(settings), placer=Placer(), inbox=MemoryInbox(),
+                      registry=_registry(settings), placer=_placer(settings), inbox=MemoryInbox(),
                       events=MemoryEvents(), machine=machine)
         runtime.placer.attach(local_inventory(settings, machine))
         return runtime
@@ -100,7 +101,7 @@ class Runtime:
         client = broker_client(settings)
         books = RedisBooks(client, settings.heartbeat_ttl_s)
         provisioner = _provisioner(settings, client)
-        placer = Placer(books, provisioner_shapes=provisioner.shapes() if provisioner else ())
+        placer = _placer(settings, books, provisioner.shapes() if provisioner else ())
         return cls(settings=settings, db=open_run_store(settings), artifacts=artifacts,
                    registry=_registry(settings), placer=placer, inbox=RedisInbox(client, load_signer(settings)),
                    events=RedisEvents(client),
@@ -145,6 +146,13 @@ class Runtime:
             self.alerts.close()
         self.placer.books.close()
         self.db.dispose()
+
+
+def _placer(settings: Settings, books: Books | None = None,
+            shapes: Sequence[tuple[Resources, tuple[str, ...]]] = ()) -> Placer:
+    """The placer of an installation: its pools, and how long a dead driver's waiting calls are waited behind
+    (as long as its lease takes to go stale: its drivers keep their calls listed once per lease)."""
+    return Placer(books, provisioner_shapes=shapes, pools=settings.pools, stale_after_s=settings.stale_after_s)
 
 
 def _provisioner(settings: Settings, client: Redis) -> Provisioner | None:

@@ -178,6 +178,18 @@ def check_placeable(flow: Flow, machines: list[Inventory]) -> None:
             )
 
 
+def check_pools(flow: Flow, pools: Mapping[str, int]) -> None:
+    """Every pool a node names (in the flow, and in the flows it runs as subflows) is one of the installation's."""
+    for node in (n for f in (flow, *flow.subflows()) for n in f.nodes.values()):
+        if node.pool is not None and node.pool not in pools:
+            known = ", ".join(f"{name} ({slots})" for name, slots in sorted(pools.items())) or "none"
+            raise RunRejected(
+                f"node {node.name!r} of flow {flow.name!r} asks for pool {node.pool!r}, which this installation "
+                f"does not have (its pools: {known}); add it to the pools setting (FLUKSIO_POOLS="
+                f"'{{\"{node.pool}\": 4}}' or a [pools] table in fluksio.toml), or name one of those"
+            )
+
+
 def flow_reference(flow: Flow) -> str | None:
     """``module:attr`` or ``file.py:attr`` by which another process can load this flow."""
     module = sys.modules.get(flow.module)
@@ -207,11 +219,13 @@ def submit_run(
     schedule_tick: datetime | None = None,
     parent_id: str | None = None,
     parent_node: str | None = None,
+    pools: Mapping[str, int] | None = None,
 ) -> tuple[Run, bool]:
     """Journal a run. Returns the row and whether it is new (``False``: an idempotent retry).
 
     ``schedule`` and ``schedule_tick``: the schedule whose tick (a UTC time) submits the run;
-    ``parent_id`` and ``parent_node``: the run and the call (``trial[2]``) whose child run this is.
+    ``parent_id`` and ``parent_node``: the run and the call (``trial[2]``) whose child run this is;
+    ``pools``: the installation's pools, which the flow's nodes must name from (``None``: not checked).
     """
     if idempotency_key is not None:
         if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 200:
@@ -228,6 +242,8 @@ def submit_run(
                              store=artifacts)
     if embedded_machines is not None:
         check_placeable(flow, embedded_machines)
+    if pools is not None:
+        check_pools(flow, pools)
     run = Run(
         id=new_run_id(), flow=flow.name, flow_ref=flow_reference(flow), flow_version=flow.version,
         params=values, params_digest=params_digest(values, seed), seed=seed, group_id=group,

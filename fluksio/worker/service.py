@@ -18,6 +18,7 @@ from celery.signals import worker_process_init, worker_shutting_down
 from fluksio.constants import CHANGES_CHANNEL, DRIVERS_QUEUE
 from fluksio.errors import ConfigError
 from fluksio.execution.isolated import die_with_parent
+from fluksio.execution.lost import settle_lost_calls
 from fluksio.placement.redis import RedisBooks
 from fluksio.provisioners import Poller
 from fluksio.routing import node_queues
@@ -60,6 +61,7 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
     app = create_app(settings, runtime)
     introduction = introduce(runtime, f"nodes@{inventory.name}")
     _fresh_connections_after_fork(runtime)
+    settle_lost_calls(runtime)  # a pool process killed mid-call (the OOM killer) ends its call here
     if with_drivers:
         load_alert_rules(settings)  # a bad rules file stops this command, not just its drivers' process
     drivers = _spawn_driver_process(inventory.name, loglevel) if with_drivers else None

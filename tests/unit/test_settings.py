@@ -227,3 +227,24 @@ def test_a_rediss_url_verifies_the_server_unless_it_says_otherwise(url, expected
     from fluksio.settings import verified_redis_url
 
     assert verified_redis_url(url) == expected
+
+
+def test_pools_come_from_the_environment_as_json(monkeypatch):
+    monkeypatch.setenv("FLUKSIO_POOLS", '{"licenses": 4, "db": 1}')
+    assert load_settings().pools == {"licenses": 4, "db": 1}
+
+
+def test_pools_come_from_a_pools_table_in_fluksio_toml(tmp_path):
+    (tmp_path / "fluksio.toml").write_text("[pools]\nlicenses = 4\nshared_db = 2\n")
+    assert load_settings().pools == {"licenses": 4, "shared_db": 2}
+
+
+@pytest.mark.parametrize(("pools", "complaint"), [
+    ('{"licenses": 0}', "pool 'licenses' must have at least 1 slot, got 0"),
+    ('{"two words": 1}', "pool name 'two words' is not valid"),
+    ('{"licenses": "many"}', "pools.licenses"),
+])
+def test_a_bad_pool_is_a_config_error_naming_it(monkeypatch, pools, complaint):
+    monkeypatch.setenv("FLUKSIO_POOLS", pools)
+    with pytest.raises(ConfigError, match=complaint):
+        load_settings()

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from fluksio.cli import render
+from fluksio.cli import live, render
 from fluksio.cli.connection import open_client
 from fluksio.client import Client
 from fluksio.errors import ConfigError
@@ -110,7 +110,7 @@ def _print(out: Any, event: dict[str, Any], as_json: bool) -> None:
     if as_json:
         out.file.write(json.dumps(event, default=str) + "\n")
     else:
-        out.print(render.event_line(event), soft_wrap=True)
+        out.print(live.event_line(event), soft_wrap=True)
     out.file.flush()  # a pipe (`| grep`, a test) must see each line as it happens
 
 

@@ -175,13 +175,33 @@ def make_node(
         raise FlowError(f"@{flow_name}.node must decorate a function, got {type(fn).__name__}")
     node_name = check_identifier("node name", name or getattr(fn, "__name__", None), f"flow {flow_name!r}")
     where = f"node {node_name!r} of flow {flow_name!r}"
+    provided, stream_names = _ports(provides, streams, where)
+    binding = _binding(fn, requires, mapped, where)
+    if stream_names and not binding.takes_emit:
+        raise FlowError(f"{where} streams {', '.join(stream_names)} but its function has no "
+                        f"'{EMIT_PARAMETER}' parameter")
+    conditions = {kind: check_identifier(f"{kind} message", value, where)
+                  for kind, value in (("when", when), ("unless", unless)) if value is not None}
+    policy, res = _placement(device, device_policy, resources, where)
+    _check_limits(where, max_parallel=max_parallel, mapped=bool(binding.mapping), retries=retries,
+                  timeout_s=timeout_s, pool=pool)
+    types = parameter_types(fn, binding.params, where, scope)
+    adapters = {param: adapter_for(annotation, f"{where}, parameter {param!r}") for param, annotation in types.items()}
+    return NodeSpec(
+        name=node_name, fn=fn, requires=binding.requires, provides=provided, streams=stream_names, device=device,
+        device_policy=policy, resources=res, retries=retries, timeout_s=float(timeout_s) if timeout_s else None,
+        cache=bool(cache), takes_emit=binding.takes_emit, params=binding.params, optional=binding.optional,
+        map=tuple(binding.mapping.items()), when=conditions.get("when"), unless=conditions.get("unless"),
+        max_parallel=max_parallel, types=types, adapters=adapters, pool=pool,
+        **retry_options(retry or RetryOptions(), retries, res, where),
+    )
 
-    if provides is None:
-        provided: tuple[str, ...] = ()
-    elif isinstance(provides, str):
-        provided = (provides,)
-    else:
-        provided = tuple(provides)
+
+def _ports(provides: str | Sequence[str] | None, streams: Sequence[str], where: str
+           ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The messages the node provides and those it streams, each a valid name, none declared twice."""
+    provided: tuple[str, ...] = (() if provides is None else (provides,) if isinstance(provides, str)
+                                 else tuple(provides))
     for message in provided:
         check_identifier("provided message", message, where)
     stream_names = tuple([streams] if isinstance(streams, str) else streams)
@@ -190,9 +210,24 @@ def make_node(
     repeated = sorted({m for m in provided + stream_names if (provided + stream_names).count(m) > 1})
     if repeated:
         raise FlowError(f"{where} declares {', '.join(map(repr, repeated))} more than once")
+    return provided, stream_names
 
+
+@dataclass(frozen=True)
+class _Binding:
+    """How the function's parameters are bound to messages (see :class:`NodeSpec`)."""
+
+    params: tuple[str, ...]
+    requires: tuple[str, ...]
+    optional: frozenset[str]
+    mapping: dict[str, str]
+    takes_emit: bool
+
+
+def _binding(fn: Callable[..., Any], requires: Sequence[str] | None, mapped: Mapping[str, str] | None,
+             where: str) -> _Binding:
+    """The parameters bound to messages: by name, or to ``requires`` in order; ``map`` puts a list's element in."""
     parameters, optional = _parameters(fn, where)
-    takes_emit = EMIT_PARAMETER in parameters
     positional = [p for p in parameters if p != EMIT_PARAMETER]
     mandatory = [p for p in positional if p not in optional]
     if requires is None:
@@ -215,18 +250,13 @@ def make_node(
         raise FlowError(f"{where} maps over {mapped_too[0]!r} and also takes it whole under the same name; a "
                         "message is either mapped over or passed whole: rename the parameter that takes it whole, "
                         "or drop it from map=")
-    conditions = [(kind, check_identifier(f"{kind} message", value, where))
-                  for kind, value in (("when", when), ("unless", unless)) if value is not None]
-    if max_parallel is not None:
-        if not mapping:
-            raise FlowError(f"{where}: max_parallel caps how many elements of a mapped node run at once; the node "
-                            "has no map=")
-        if not isinstance(max_parallel, int) or isinstance(max_parallel, bool) or max_parallel < 1:
-            raise FlowError(f"{where}: max_parallel must be a whole number ≥ 1, got {max_parallel!r}")
-    if stream_names and not takes_emit:
-        raise FlowError(f"{where} streams {', '.join(stream_names)} but its function has no "
-                        f"'{EMIT_PARAMETER}' parameter")
+    defaulted = frozenset(m for p, m in zip(bound, required) if p in optional and p not in mapping)
+    return _Binding(bound, required, defaulted, mapping, EMIT_PARAMETER in parameters)
 
+
+def _placement(device: str | None, device_policy: str | DevicePolicy, resources: Resources | dict[str, Any] | None,
+               where: str) -> tuple[DevicePolicy, Resources]:
+    """The device policy and resources, checked (a call needs at least one cpu: its worker's slot)."""
     try:
         policy = DevicePolicy(device_policy)
     except ValueError:
@@ -240,27 +270,24 @@ def make_node(
     if res.cpus < 1:
         # Every call occupies one slot of its worker's pool, and slots are counted in cpus.
         raise FlowError(f"{where}: resources must ask for at least 1 cpu, got {res.cpus}")
+    return policy, res
+
+
+def _check_limits(where: str, *, max_parallel: int | None, mapped: bool, retries: int, timeout_s: float | None,
+                  pool: str | None) -> None:
+    if max_parallel is not None:
+        if not mapped:
+            raise FlowError(f"{where}: max_parallel caps how many elements of a mapped node run at once; the node "
+                            "has no map=")
+        if not isinstance(max_parallel, int) or isinstance(max_parallel, bool) or max_parallel < 1:
+            raise FlowError(f"{where}: max_parallel must be a whole number ≥ 1, got {max_parallel!r}")
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise FlowError(f"{where}: retries must be a whole number ≥ 0, got {retries!r}")
-    retrying = retry_options(retry or RetryOptions(), retries, res, where)
     if pool is not None:
         check_identifier("pool", pool, where)
     if timeout_s is not None and (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
                                   or timeout_s <= 0):
         raise FlowError(f"{where}: timeout_s must be a positive number of seconds, got {timeout_s!r}")
-
-    types = parameter_types(fn, bound, where, scope)
-    adapters = {param: adapter_for(annotation, f"{where}, parameter {param!r}") for param, annotation in types.items()}
-
-    return NodeSpec(
-        name=node_name, fn=fn, requires=required, provides=provided, streams=stream_names, device=device,
-        device_policy=policy, resources=res, retries=retries, timeout_s=float(timeout_s) if timeout_s else None,
-        cache=bool(cache), takes_emit=takes_emit, params=bound,
-        optional=frozenset(m for p, m in zip(bound, required) if p in optional and p not in mapping),
-        map=tuple((param, mapping[param]) for param in mapping), when=dict(conditions).get("when"),
-        unless=dict(conditions).get("unless"), max_parallel=max_parallel, types=types, adapters=adapters,
-        pool=pool, **retrying,
-    )
 
 
 def with_input_types(spec: NodeSpec, input_types: Mapping[str, Any], where: str) -> NodeSpec:

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from fluksio import Settings, connect
 from fluksio.cli import main
+from fluksio.cli import placer as placer_command
 from fluksio.placement.placer import Request
 from fluksio.schemas import Resources
 
@@ -22,7 +23,7 @@ def test_placer_lists_who_waits_in_grant_order_and_each_pools_use(tmp_path, monk
     placer.try_claim(Request("run-b.solve.1", Resources(), run_id="run-b", node="solve", priority=0))
     placer.try_claim(Request("run-c.urgent.1", Resources(), run_id="run-c", node="urgent", priority=5,
                              pool="licenses"))
-    monkeypatch.setattr(main, "_client", lambda: client)
+    monkeypatch.setattr(placer_command, "open_client", lambda: client)
     shown = CliRunner().invoke(main.cli, ["placer"], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     lines = shown.output.splitlines()
@@ -34,6 +35,6 @@ def test_placer_lists_who_waits_in_grant_order_and_each_pools_use(tmp_path, monk
     assert "1/1" in pool_line and "run-a.hog.1" in pool_line
 
     client = connect(settings)
-    monkeypatch.setattr(main, "_client", lambda: client)
+    monkeypatch.setattr(placer_command, "open_client", lambda: client)
     as_json = json.loads(CliRunner().invoke(main.cli, ["placer", "--json"]).output)
     assert as_json["pools"] == [{"name": "licenses", "slots": 1, "in_use": 0, "calls": []}]  # a new embedded one

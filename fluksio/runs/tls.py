@@ -45,8 +45,9 @@ def tls_failure(error: BaseException) -> str | None:
     """
     for cause in _chain(error):
         if isinstance(cause, ssl.SSLCertVerificationError):
-            return f"the server's certificate did not verify ({cause.verify_message or cause.reason})"
-        if isinstance(cause, ssl.SSLError) and cause.reason in PERMANENT_REASONS:
+            return (f"the server's certificate did not verify "
+                    f"({getattr(cause, 'verify_message', None) or getattr(cause, 'reason', None) or cause})")
+        if isinstance(cause, ssl.SSLError) and getattr(cause, "reason", None) in PERMANENT_REASONS:
             return f"TLS failed ({cause.reason}: {cause.strerror or cause})"
         if isinstance(cause, (FileNotFoundError, IsADirectoryError, PermissionError)) and cause.filename:
             return f"cannot read the TLS file {cause.filename} ({cause.strerror})"
@@ -70,11 +71,23 @@ def hint(failure: str) -> str:
         return "check the ssl_ca_certs, ssl_certfile and ssl_keyfile paths in the URL"
     if "WRONG_VERSION_NUMBER" in failure:
         return "the server does not speak TLS on that port: use redis:// there, or the server's TLS port"
+    if "during the handshake" in failure:
+        return ("the server may want a client certificate (check ssl_certfile and ssl_keyfile in the URL), or not "
+                "speak TLS on that port")
     return "the server refused this client's certificate: check ssl_certfile and ssl_keyfile in the URL"
 
 
 def tls_config_error(url: str, error: BaseException, setting: str = "FLUKSIO_BROKER_URL") -> ConfigError | None:
-    """The one-line :class:`ConfigError` for a TLS failure no retry mends (naming the URL, password hidden,
-    the check that failed and what to look at); ``None`` when ``error`` is none (an outage, a refused login)."""
+    """At first contact, the one-line :class:`ConfigError` for a TLS failure no retry mends (naming the URL,
+    password hidden, the check that failed and what to look at); ``None`` when ``error`` is none (an outage,
+    a refused login).
+
+    Also a server that hangs up in the middle of the handshake: with TLS 1.3 a server that wants a client
+    certificate and gets none may just close the connection. At first contact that is the likely reading
+    (a connected process that sees it later is retried as an outage, see ``runs/broker.py``).
+    """
     failure = tls_failure(error)
+    if failure is None and url.startswith("rediss://") and any(isinstance(cause, ssl.SSLEOFError)
+                                                                for cause in _chain(error)):
+        failure = "TLS failed (the server closed the connection during the handshake)"
     return None if failure is None else ConfigError(f"{setting}={redact_url(url)}: {failure}; {hint(failure)}")

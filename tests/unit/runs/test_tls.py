@@ -58,3 +58,15 @@ def test_a_server_that_refuses_the_clients_certificate_says_so() -> None:
     failure = tls_failure(wrapped(cause))
     assert failure is not None and "TLSV13_ALERT_CERTIFICATE_REQUIRED" in failure
     assert "ssl_certfile" in hint(failure)
+
+
+def test_a_server_that_hangs_up_in_the_handshake_is_a_tls_refusal_at_first_contact() -> None:
+    """TLS 1.3: a server that wants a client certificate and gets none may only close the connection."""
+    from fluksio.runs.tls import tls_config_error
+
+    failure = wrapped(ssl.SSLEOFError(8, "EOF occurred in violation of protocol (_ssl.c:2427)"))
+    assert tls_failure(failure) is None  # for a connected process: an outage, retried
+    refused = tls_config_error("rediss://:s3cret@127.0.0.1:6380/0", failure)
+    assert refused is not None and "TLS failed (the server closed the connection during the handshake)" in str(refused)
+    assert "ssl_certfile" in str(refused) and "s3cret" not in str(refused)
+    assert tls_config_error("redis://127.0.0.1:6379/0", failure) is None  # no TLS asked for: not a TLS refusal

@@ -22,6 +22,7 @@ from fluksio.execution.capture import capture_output
 from fluksio.execution.isolated import run_in_child
 from fluksio.execution.ran import Ran
 from fluksio.execution.values import decode, encode
+from fluksio.execution.warm import StartOnGpus
 from fluksio.flows.flow import Flow
 from fluksio.flows.node import NodeSpec
 from fluksio.flows.source import short
@@ -33,12 +34,14 @@ from fluksio.store.metrics import delete_metrics
 log = logging.getLogger(__name__)
 
 
-def execute_call(runtime: Runtime, wire: Any) -> None:
+def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_in_child) -> None:
     """Run the call the message ``wire`` describes (see :class:`~fluksio.messages.NodeCall`) and push its completion.
 
     Whatever happens, a call that reached this worker ends with its grant given back and a completion
     in its driver's inbox — else its run would wait for it forever. A message that is not a node call
-    fluksio sends is refused before anything runs (there is nobody to report to).
+    fluksio sends is refused before anything runs (there is nobody to report to). A call granted GPUs runs
+    in a process of its own that sees only them: ``start_on_gpus`` starts it (a fresh interpreter, unless
+    the worker has a fork server: fluksio/execution/warm.py).
     """
     try:
         call = NodeCall.from_wire(wire)
@@ -63,7 +66,7 @@ def execute_call(runtime: Runtime, wire: Any) -> None:
         if node is None:
             raise NodeFailed(f"flow {call.flow!r} has no node {call.node!r} on this worker")
         if grant.gpus:
-            ran = run_in_child(call, grant.gpus, node.timeout_s)
+            ran = start_on_gpus(call, grant.gpus, node.timeout_s)
         else:
             ran = run_node_here(runtime, node, call)
         _settle(runtime, call, started, status="ok", outputs=ran.outputs, artifacts=ran.artifacts, logs=ran.logs)

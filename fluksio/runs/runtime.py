@@ -124,10 +124,11 @@ class Runtime:
                    provisioner=provisioner)
 
     @classmethod
-    def standalone(cls, settings: Settings) -> Runtime:
-        """Just the store, artifacts and flows: for a child process that runs one node call."""
+    def standalone(cls, settings: Settings, registry: FlowRegistry | None = None) -> Runtime:
+        """Just the store, artifacts and flows: for a child process that runs one node call. ``registry``: the
+        flows its fork server loaded already (default: load the installation's flows now)."""
         return cls(settings=settings, db=Database(settings.database_url, outage_s=settings.db_outage_s),
-                   artifacts=open_store(settings), registry=_registry(settings),
+                   artifacts=open_store(settings), registry=registry if registry is not None else _registry(settings),
                    placer=Placer(), inbox=MemoryInbox(), events=MemoryEvents())
 
     def stop_driving(self) -> None:

@@ -48,12 +48,14 @@ class Cluster:
     def client(self) -> Client:
         return connect(self.settings())
 
-    def start_worker(self, name: str, *args: str, cwd: Path | None = None) -> subprocess.Popen[bytes]:
-        """A `fluksio worker` named ``name``, in working directory ``cwd`` (default: this process's)."""
+    def start_worker(self, name: str, *args: str, cwd: Path | None = None,
+                     env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """A `fluksio worker` named ``name``, in working directory ``cwd`` (default: this process's), with ``env``
+        over the installation's variables."""
         log = open(self.workdir / f"worker-{name}.log", "ab")  # noqa: SIM115 - kept open for the process
         process = subprocess.Popen(
             [sys.executable, "-m", "fluksio.cli.main", "worker", "--name", name, "--loglevel", "info", *args],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
+            env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
         )
         self.workers[name] = process
         return process

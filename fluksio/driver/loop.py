@@ -18,7 +18,7 @@ from fluksio.driver.restore import restore_earlier
 from fluksio.driver.settling import Settler
 from fluksio.driver.state import Dispatch, DriveState, Revoke
 from fluksio.driver.verdict import End, verdict
-from fluksio.driver.waitlists import WaitLists
+from fluksio.driver.waitlists import QUIET_S, WaitLists
 from fluksio.driver.walk import Walk
 from fluksio.flows.flow import Flow
 from fluksio.messages import Cancel, ChildEnded, Completion, InboxMessage
@@ -52,7 +52,7 @@ class Driver:
             rt=runtime, run_id=run_id, epoch=epoch, flow=flow, walk=walk,
             cache=NodeCache(runtime.db, runtime.artifacts, flow, code_digest, use_cache, walk.inputs_of),
             journal=Journal(runtime.db, runtime.events, run_id), dispatch=dispatch, revoke=revoke,
-            code_digest=code_digest, waitlists=WaitLists(walk.elements),
+            code_digest=code_digest, waitlists=WaitLists(walk.elements, QUIET_S),
         )
         #: A cancel was asked for before this drive began (a parked run woken to carry it out): done first,
         #: before its children's ends (cancelled too) could be taken for failures.
@@ -150,7 +150,8 @@ class Driver:
                 return
             if self._only_children_left() and self._park():
                 return
-            wake_at = min(next_lease, next_check, s.journal.due_at() or next_check)
+            wake_at = min(next_lease, next_check, s.journal.due_at() or next_check,
+                          s.waitlists.said_due_at() or next_check)
             message = s.rt.inbox.pop(s.run_id, timeout=max(0.0, wake_at - time.monotonic()))
             now = time.monotonic()
             if now >= next_lease:

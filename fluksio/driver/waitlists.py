@@ -19,6 +19,10 @@ from fluksio.schemas import DevicePolicy, Resources
 
 #: What makes two calls interchangeable to the placer.
 RequestKind = tuple[Resources, str | None, DevicePolicy]
+#: How long a run waits for machines before its ``status_reason`` says so, in seconds. In a busy installation
+#: most calls wait a moment for a slot: writing the reason and then its end costs two store writes per call
+#: (benchmarks/many_runs.py: a fifth of a driver's time), for a reason nobody has time to read.
+QUIET_S = 0.5
 
 
 def kind_of(spec: NodeSpec) -> RequestKind:
@@ -33,7 +37,7 @@ class WaitLists:
     the last try; a kind whose queue emptied has none.
     """
 
-    def __init__(self, sizes: Callable[[str], int | None] = lambda node: None) -> None:
+    def __init__(self, sizes: Callable[[str], int | None] = lambda node: None, quiet_s: float = 0.0) -> None:
         self.queues: dict[RequestKind, deque[str]] = {}
         #: Why the head of each blocked queue waits, in words a user reads.
         self.waiting: dict[RequestKind, str] = {}
@@ -44,6 +48,10 @@ class WaitLists:
         self._said: str | None = None
         self._kinds: tuple[str, ...] = ()
         self._said_at = float("-inf")
+        #: A wait is said once it has lasted this long (seconds); see :data:`QUIET_S`.
+        self.quiet_s = quiet_s
+        #: When the run began to wait with nothing said of it yet (``time.monotonic()``), if it waits.
+        self._unsaid_since: float | None = None
 
     def add(self, unit: str, kind: RequestKind) -> str | None:
         """Queue a ready unit; returns the reason it waits when it is the first of its node to join a queue
@@ -103,7 +111,9 @@ class WaitLists:
 
         Due at once when the kinds of wait change; when only who waits changes (a fan-out moving
         through its queue), at most once every ``every_s`` seconds — a write per dispatched call would
-        cost the driver more than the dispatch. ``now`` is ``time.monotonic()``.
+        cost the driver more than the dispatch. A wait that begins while nothing is said is said only once
+        it has lasted ``quiet_s`` (:meth:`said_due_at`); one that ends sooner is never written, nor is its end.
+        ``now`` is ``time.monotonic()``.
         """
         parts = []
         for kind, why in self.waiting.items():
@@ -122,7 +132,18 @@ class WaitLists:
         if reason:
             reason = reason[0].upper() + reason[1:]
         kinds = tuple(sorted(why for kind, why in self.waiting.items() if self.queues.get(kind)))
+        if self._said is not None or reason is None:
+            self._unsaid_since = None
+        elif self._unsaid_since is None:
+            self._unsaid_since = now
+        if self._unsaid_since is not None and now - self._unsaid_since < self.quiet_s:
+            return False, reason  # only just began to wait: said if it lasts
         due = reason != self._said and (kinds != self._kinds or now - self._said_at >= every_s)
         if due:
             self._said, self._kinds, self._said_at = reason, kinds, now
+            self._unsaid_since = None
         return due, reason
+
+    def said_due_at(self) -> float | None:
+        """When a wait not said yet will be (``time.monotonic()``), so that the driver looks again then."""
+        return None if self._unsaid_since is None else self._unsaid_since + self.quiet_s

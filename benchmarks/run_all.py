@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, dict[str, list[str]]] = {
     "artifacts_store": {"default": [], "full": ["--size-mb", "2048"]},
     "explorer_api": {"default": [], "full": []},
     "gpu_start": {"default": [], "full": []},
+    "many_runs": {"default": [], "full": []},
     "peers": {"default": ["--prefect-chain", "40", "--prefect-fanout", "200"], "full": []},
 }
 #: Longest one benchmark process may run, in seconds, by mode.

@@ -67,6 +67,8 @@ class Driver:
         self.dispatcher = Dispatcher(self.s, self.settler.unsent, self.children.start)
         #: On shutdown, send the run back to ``queued`` (auto-resume) rather than mark it ``abandoned``.
         self.requeue_on_shutdown = requeue_on_shutdown
+        #: The run is known to have no parent run to tell of its end.
+        self._orphan = run is not None and run.parent_id is None
 
     @property
     def end(self) -> End:
@@ -277,7 +279,7 @@ class Driver:
         s = self.s
         ended = verdict(s.walk, s.end)
         run_rows.finish(s.rt.db, s.run_id, ended.status, ended.reason, s.walk.result(), s.epoch)
-        s.rt.run_ended(s.run_id, ended.status)
+        s.rt.run_ended(s.run_id, ended.status, orphan=self._orphan)
         s.rt.events.publish("run_finished", run_id=s.run_id, flow=s.flow.name, status=ended.status.value,
                             reason=ended.reason)
 

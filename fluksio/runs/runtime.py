@@ -140,14 +140,17 @@ class Runtime:
             except Exception:  # the broker may be what is going away
                 log.debug("could not wake the driver of %s", run_id, exc_info=True)
 
-    def run_ended(self, run_id: str, status: RunStatus) -> None:
+    def run_ended(self, run_id: str, status: RunStatus, orphan: bool = False) -> None:
         """A run ended here (its end is written): tell its parent (a subflow's child) and the alerts.
 
-        Never raises: whoever ended the run has done its part; what is told is looked after by others too
-        (a parent woken late is found by the sweepers, see ``store.family.stale_woken``).
+        ``orphan``: the caller knows the run has no parent (a run's parent is fixed when it is submitted), so
+        its row need not be read again to find out — a read per run that a sweep of top-level runs pays for
+        nothing. Never raises: whoever ended the run has done its part; what is told is looked after by others
+        too (a parent woken late is found by the sweepers, see ``store.family.stale_woken``).
         """
         try:
-            family.tell_parent(self, run_rows.get_run(self.db, run_id))
+            if not orphan:
+                family.tell_parent(self, run_rows.get_run(self.db, run_id))
         except Exception:
             log.exception("could not tell the parent of run %s that it ended", run_id)
         if self.alerts is None:

@@ -1,9 +1,9 @@
-"""When a driver writes why its run waits: at once when the kinds of wait change, but a wait only once it lasted."""
+"""What a driver writes when: why its run waits (once the wait lasted), and nothing it need not read to end."""
 
 from __future__ import annotations
 
 from fluksio.driver.waitlists import WaitLists
-from fluksio.schemas import DevicePolicy, Resources
+from fluksio.schemas import DevicePolicy, Resources, RunStatus
 
 GPU = (Resources(cpus=1, gpus=1), "gpu", DevicePolicy.REQUIRE)
 WHY = "Train: waiting for a worker labelled 'gpu' with 1 gpu(s) free"
@@ -39,3 +39,18 @@ def test_a_wait_that_lasts_is_written_then_and_its_end_at_once() -> None:
 def test_without_a_quiet_time_a_wait_is_written_at_once() -> None:
     lists = waiting_for_a_gpu(quiet_s=0.0)
     assert lists.status_reason(10.0, every_s=5)[0] is True
+
+
+def test_a_run_without_a_parent_ends_without_reading_its_row_again(make_runtime, monkeypatch) -> None:
+    from fluksio.runs import family
+    from fluksio.store.runs import get_run
+    from tests.unit.driver.test_drive_rows import chain, drive_instantly
+
+    runtime = make_runtime(cpus=1)
+    told: list[str] = []
+    monkeypatch.setattr(family, "tell_parent", lambda _runtime, run: told.append(run.id))
+    run_id = drive_instantly(runtime, chain(2))
+    assert get_run(runtime.db, run_id).status == "ok"
+    assert told == []  # it has no parent: nobody to tell, and no read to find that out
+    runtime.run_ended(run_id, RunStatus.OK)  # a caller that does not know still asks
+    assert told == [run_id]

@@ -4,13 +4,18 @@
 
 Measures in-memory books (the embedded default) and Redis books (a real
 redis-server started on a free 127.0.0.1 port) with 1, 100 and 1,000 machines
-attached, and the in-memory placer with 10,000 calls already waiting. Prints
-the median of the repeats.
+attached, and the in-memory placer with 10,000 calls already waiting. Then fair
+sharing: with 10,000 calls of mixed priorities waiting for GPUs (16 machines,
+every GPU held), on both books, the cost of a CPU call that backfills (claim +
+give-back: it plays the calls ahead of it through) and of a GPU call that must
+wait in its turn (a refused claim, which keeps it listed). Prints the median of
+the repeats.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import tempfile
 import time
@@ -20,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import harness  # noqa: E402
 from benchmarks.harness import Figure  # noqa: E402
+from fluksio.placement.backend import Books  # noqa: E402
 from fluksio.placement.memory import MemoryBooks  # noqa: E402
 from fluksio.placement.placer import Placer, Request  # noqa: E402
 from fluksio.schemas import Inventory, Resources  # noqa: E402
@@ -50,6 +56,36 @@ def with_waiting(count: int, calls: int) -> float:
         placer.try_claim(Request(f"w{i}", Resources(cpus=2)))
     assert len(placer.books.waiting()) == count
     return claim_give_us(placer, calls)
+
+
+#: The shapes of the GPU calls that wait in the fair-sharing figures: (cpus, gpus, ram_mb).
+WAITING_SHAPES = [(1, 1, 0), (2, 1, 4000), (4, 2, 16_000), (1, 1, 8000)]
+
+
+def fair_share(books: Books, waiting: int, calls: int) -> tuple[float, float]:
+    """µs per backfilling claim + give-back, and µs per refused GPU claim, with ``waiting`` calls of mixed
+    priorities (0..9) and four shapes listed as waiting for a GPU on 16 machines whose GPUs are all held."""
+    placer = Placer(books, stale_after_s=600)
+    for i in range(16):
+        placer.attach(Inventory(name=f"g{i:02d}", cpus=32, gpus=(0, 1), ram_mb=256_000, labels=("gpu",)))
+    for i in range(16):
+        placer.try_claim(Request(f"hog{i}", Resources(cpus=1, gpus=2), f"g{i:02d}"))
+    draw = random.Random(7)
+    for i in range(waiting):
+        cpus, gpus, ram_mb = WAITING_SHAPES[i % len(WAITING_SHAPES)]
+        placer.try_claim(Request(f"w{i}", Resources(cpus=cpus, gpus=gpus, ram_mb=ram_mb), "gpu",
+                                 priority=draw.randrange(10)))
+    assert len(placer.books.waiting()) == waiting
+    started = time.perf_counter()
+    for i in range(calls):  # priority 0: behind nearly every waiting call, none of which can use a cpu alone
+        grant = placer.try_claim(Request(f"b{i}", REQUEST, priority=0))
+        placer.release(grant)  # type: ignore[arg-type]
+    backfill = (time.perf_counter() - started) / calls * 1e6
+    started = time.perf_counter()
+    for _ in range(calls):
+        placer.try_claim(Request("gpu-job", Resources(cpus=1, gpus=1), "gpu", priority=5))
+    refused = (time.perf_counter() - started) / calls * 1e6
+    return backfill, refused
 
 
 def measure(sizes: list[int], calls: int, repeat: int, waiting: int = 10_000) -> list[Figure]:
@@ -83,12 +119,30 @@ def measure(sizes: list[int], calls: int, repeat: int, waiting: int = 10_000) ->
                                       harness.median(samples), samples=samples,
                                       note=f"{redis_calls} claims per sample"))
                 client.close()
+            shared = []
+            for _ in range(repeat):
+                client = redis.Redis.from_url(server.url())
+                client.flushall()
+                shared.append(fair_share(RedisBooks(client, heartbeat_ttl_s=600), waiting, max(20, calls // 10)))
+                client.close()
+            figures += fair_share_figures("Redis books", waiting, shared)
         finally:
             processes.stop_all()
     samples = [with_waiting(waiting, calls) for _ in range(repeat)]
     figures.append(Figure("placer (memory books)", f"claim + give-back, 1 machine, {waiting:,} calls waiting",
                           "µs", harness.median(samples), samples=samples))
+    figures += fair_share_figures("memory books", waiting, [fair_share(MemoryBooks(), waiting, calls)
+                                                            for _ in range(repeat)])
     return figures
+
+
+def fair_share_figures(books: str, waiting: int, samples: list[tuple[float, float]]) -> list[Figure]:
+    backfill, refused = [s[0] for s in samples], [s[1] for s in samples]
+    what = f"{waiting:,} calls of mixed priorities waiting"
+    return [Figure(f"placer ({books})", f"backfilling claim + give-back, {what}", "µs", harness.median(backfill),
+                   samples=backfill),
+            Figure(f"placer ({books})", f"claim that waits its turn, {what}", "µs", harness.median(refused),
+                   samples=refused)]
 
 
 def main() -> None:

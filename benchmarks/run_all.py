@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, dict[str, list[str]]] = {
     "emissions": {"default": [], "full": []},
     "submit": {"default": [], "full": []},
     "graph_scale": {"default": [], "full": ["--end-to-end"]},
+    "values": {"default": [], "full": []},
     "artifacts_store": {"default": [], "full": ["--size-mb", "2048"]},
     "explorer_api": {"default": [], "full": []},
     "gpu_start": {"default": [], "full": []},
@@ -146,7 +147,7 @@ def main() -> None:
     elapsed: dict[str, float] = {}
     failures: list[str] = []
     for name in selected:
-        extra = ["--prefect-python", args.prefect_python] if name == "peers" and args.prefect_python else []
+        extra = ["--prefect-python", args.prefect_python] if name in ("peers", "values") and args.prefect_python else []
         got, seconds, failure = run_one(name, run_mode, args.repeat, extra)
         figures += got
         elapsed[name] = seconds

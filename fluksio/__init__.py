@@ -2,7 +2,7 @@
 
 The public names::
 
-    from fluksio import Flow, Resources, Artifact, connect
+    from fluksio import Flow, Resources, Artifact, Secret, connect
 """
 
 from typing import TYPE_CHECKING, Any
@@ -17,13 +17,14 @@ from fluksio.errors import (
     RunRejected,
 )
 from fluksio.flows.flow import Flow
+from fluksio.flows.secret import Secret
 from fluksio.flows.subflow import Message
 from fluksio.schemas import NodeRecord, Resources, RunRecord, RunStatus
 from fluksio.settings import Settings
 
 __all__ = [
     "Artifact", "Client", "ConfigError", "Flow", "FlowError", "FlowNotFound", "FluksioError", "Message", "NodeRecord",
-    "Resources", "RunHandle", "RunNotFound", "RunRecord", "RunRejected", "RunStatus", "Settings", "Sweep",
+    "Resources", "RunHandle", "RunNotFound", "RunRecord", "RunRejected", "RunStatus", "Secret", "Settings", "Sweep",
     "connect",
 ]
 __version__ = "0.1.0"

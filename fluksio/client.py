@@ -15,10 +15,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from celery import Celery
 
-from fluksio.errors import BrokerUnavailable, RunRejected
+from pydantic import ValidationError
+
+from fluksio.errors import BrokerUnavailable, ClientClosed, CodecError, NodeFailed, RunRejected
+from fluksio.execution.values import decode
+from fluksio.flows.annotations import adapter_for, fit_error, type_name
 from fluksio.flows.flow import Flow
 from fluksio.runs import family
 from fluksio.runs.metrics import series_of
+from fluksio.runs.references import output_of
 from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import check_priority, submit_run, validate_params
 from fluksio.schemas import CatchUp, RunRecord, RunStatus, ScheduleRecord
@@ -83,10 +88,12 @@ class Sweep:
 class Client:
     """A connection to one installation: its run store, its broker and placer books, its flows.
 
-    Embedded (no broker configured), the client also runs the installation: an in-process broker,
-    driver and node workers on threads, and the lease sweeper; ``close()`` stops them (runs still
-    driven here end ``abandoned``, resumable). Distributed, it only submits and reads: the workers are
-    ``fluksio worker`` processes. Thread-safe; unusable once closed (:class:`~fluksio.errors.FluksioError`).
+    Made by :func:`connect`, which fails within seconds, in one line, when the broker or the run store
+    cannot be reached at start. Embedded (no broker configured), the client also runs the installation:
+    an in-process broker, driver and node workers on threads, and the lease sweeper; ``close()`` stops
+    them (runs still driven here end ``abandoned``, resumable). Distributed, it only submits and reads:
+    the workers are ``fluksio worker`` processes. Thread-safe; once closed, every call is refused with
+    :class:`~fluksio.errors.ClientClosed`.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -98,7 +105,10 @@ class Client:
             self.app: Celery = self._workers.app
             self._sweeper = start_sweeper(self.app, self.runtime)
         else:
+            from fluksio.runs.broker import check_broker  # the embedded default never loads redis-py
+
             require_redis_broker(settings)
+            check_broker(settings)  # at once, not after FLUKSIO_BROKER_OUTAGE_S of retries
             self.runtime = Runtime.distributed(settings)
             self.app = create_app(settings, self.runtime)
         #: The installation's schedules: ``client.schedules.list()``, ``.pause(name)``, ``.resume``, ``.remove``.
@@ -136,6 +146,7 @@ class Client:
             params=params, seed=seed,
             group=group, no_cache=no_cache, idempotency_key=idempotency_key, priority=priority,
             embedded_machines=self.runtime.placer.machines() if self.settings.embedded else None,
+            pools=self.settings.pools,
         )
         if created or run.status == RunStatus.QUEUED.value:
             # A retry of a submit whose hand-over failed gets it handed over now (claiming is idempotent).
@@ -234,6 +245,26 @@ class Client:
         return self.schedules.add(name, flow, cron=cron, tz=tz, every=every, params=params, seed=seed,
                                   priority=priority, catchup=catchup)
 
+    def output(self, run_id: str, name: str, as_type: Any = None) -> Any:
+        """Output ``name`` of a run as a node would receive it: a codec's value decoded into its type (a
+        ``pandas.DataFrame``, a ``numpy.ndarray`` …), an artifact as an :class:`~fluksio.Artifact`, JSON as
+        it is; with ``as_type``, validated into that type (``client.output(run, "cfg", Cfg)``).
+
+        :class:`~fluksio.errors.OutputNotFound` names the outputs the run did make when it made no ``name``.
+        """
+        run = run_rows.get_run(self.runtime.db, run_id)
+        where = f"output {name!r} of run {run.id}"
+        try:
+            value = decode(output_of(self.runtime.db, run.id, name), self.runtime.artifacts, where)
+        except NodeFailed as exc:  # the decoding error, raised here as what it is
+            raise CodecError(str(exc)) from None
+        if as_type is None:
+            return value
+        try:
+            return adapter_for(as_type, where).validate_python(value)
+        except ValidationError as exc:
+            raise CodecError(f"{where} is no {type_name(as_type)}: {fit_error(exc)}") from None
+
     def metrics(self, run_id: str) -> dict[str, list[tuple[int, float]]]:
         """Each metric's ``[(step, value), …]``, including series of nodes restored from the cache."""
         return series_of(self.runtime.db, run_rows.get_run(self.runtime.db, run_id).id)
@@ -243,7 +274,8 @@ class Client:
         return family.cancel(self.runtime, run_id, reason)
 
     def placement(self) -> dict[str, Any]:
-        """Every machine (total, free, labels, calls, heartbeat), what waits and why, and the provisioners."""
+        """Every machine (total, free, labels, calls, heartbeat), what waits and why (in the order it will be
+        granted, with priority, pool and age), each pool's use, and the provisioners."""
         # A driver keeps its waiting calls on the list once per lease interval; one that has not for as
         # long as a lease takes to go stale is dead, and so are its entries.
         snapshot = self.runtime.placer.snapshot(stale_after_s=self.settings.stale_after_s)
@@ -255,7 +287,7 @@ class Client:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("this fluksio client is closed; call fluksio.connect() again")
+            raise ClientClosed("this fluksio client is closed; call fluksio.connect() again")
 
     def close(self) -> None:
         """Stop the embedded workers (if any) and release the run store."""
@@ -281,7 +313,11 @@ class Client:
 
 
 def connect(settings: Settings | None = None, **overrides: Any) -> Client:
-    """A client for the configured installation; embedded (in this process) unless a broker is set."""
+    """A client for the configured installation; embedded (in this process) unless a broker is set.
+
+    A broker or run store that cannot be reached now raises a :class:`~fluksio.errors.FluksioError`
+    within a few seconds, naming the URL (password hidden), what failed and what to check.
+    """
     return Client(settings or load_settings(**overrides))
 
 

@@ -31,6 +31,14 @@ HEARTBEAT_KEY = KEY_PREFIX + "heartbeat:"
 WAITING_KEY = KEY_PREFIX + "waiting"
 #: HASH call id → when its driver last said it still waits (seconds since the epoch).
 WAITING_SEEN_KEY = KEY_PREFIX + "waiting-seen"
+#: HASH kind id → what the waiting calls of that kind ask for (JSON), for every kind with a call waiting.
+WAIT_KINDS_KEY = KEY_PREFIX + "wait-kinds"
+#: ZSET (all scores 0) of the order keys of one kind's waiting calls, sorted bytewise: ``WAIT_KIND_KEY + id``.
+WAIT_KIND_KEY = KEY_PREFIX + "wait-kind:"
+#: STRING, set while some claim was refused for a call ahead of it: the next such call granted wakes everyone.
+HELD_BACK_KEY = KEY_PREFIX + "held-back"
+#: HASH grant id → machine, of the grants holding a slot of one pool: ``POOL_KEY + name``.
+POOL_KEY = KEY_PREFIX + "pool:"
 #: Pub/sub channel announcing every give-back and attach, so waiting drivers wake.
 CHANGES_CHANNEL = KEY_PREFIX + "placer-changes"
 #: LIST of messages for a run's driver: ``INBOX_KEY + run_id``.
@@ -45,3 +53,6 @@ PROVISION_SLOT_KEY = KEY_PREFIX + "provision:slot:"
 PROVISION_LIVE_KEY = KEY_PREFIX + "provision:live"
 #: STRING: a profile's most recently ended machine request: ``PROVISION_LAST_KEY + profile``.
 PROVISION_LAST_KEY = KEY_PREFIX + "provision:last:"
+#: STRING per signing process (``SIGNER_KEY + "nodes@box1"``): JSON of the certificate it signs with and those
+#: it trusts, refreshed while it runs and expiring after it: how a worker learns at start who would refuse it.
+SIGNER_KEY = KEY_PREFIX + "signer:"

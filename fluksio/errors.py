@@ -27,6 +27,10 @@ class RunNotFound(FluksioError, LookupError):
     """No run has that id (or id prefix)."""
 
 
+class OutputNotFound(FluksioError, LookupError):
+    """A run made no output of that name."""
+
+
 class ConfigError(FluksioError):
     """Settings or a configuration file are invalid."""
 
@@ -35,15 +39,23 @@ class ArtifactError(FluksioError):
     """An artifact digest is malformed or its bytes are missing."""
 
 
+class CodecError(FluksioError):
+    """A value cannot be encoded or decoded by its codec, or the codec (or the package it needs) is missing."""
+
+
 class NodeFailed(FluksioError):
     """A node call did not produce valid outputs. Raised inside node execution only.
 
-    ``logs`` is what the call printed before it failed, reported with the error.
+    ``logs`` is what the call printed before it failed, reported with the error; ``error_types`` the names of
+    the exception the node raised and its bases (for ``retry_on``), ``oom`` whether it ran out of memory.
     """
 
-    def __init__(self, message: str, logs: str | None = None) -> None:
+    def __init__(self, message: str, logs: str | None = None, error_types: tuple[str, ...] = (),
+                 oom: bool = False) -> None:
         super().__init__(message)
         self.logs = logs
+        self.error_types = error_types
+        self.oom = oom
 
 
 class MessageRefused(FluksioError):
@@ -51,15 +63,30 @@ class MessageRefused(FluksioError):
 
 
 class PlacementError(FluksioError):
-    """A request can never be placed (e.g. an unknown machine)."""
+    """A request can never be placed: it names a pool this installation does not have."""
 
 
 class StoreUnavailable(FluksioError):
-    """The run store could not be reached for longer than the configured outage bound."""
+    """The run store could not be reached: when a process starts, or for longer than the outage bound."""
 
 
 class BrokerUnavailable(FluksioError):
-    """The broker (Redis) could not be reached for longer than the configured outage bound."""
+    """The broker (Redis) could not be reached: when a process starts, or for longer than the outage bound.
+
+    ``transient`` is false when waiting cannot help (a refused password, TLS, a server that is not Redis).
+    """
+
+    def __init__(self, message: str, transient: bool = True) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class EventsUnavailable(BrokerUnavailable):
+    """The broker did not confirm a subscription to the events channel in time."""
+
+
+class ClientClosed(FluksioError):
+    """A closed client was asked to do something (``connect()`` again for a new one)."""
 
 
 class ProvisionError(FluksioError):

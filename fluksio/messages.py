@@ -119,13 +119,19 @@ class Completion:
     error: str | None = None
     #: The element of a mapped node the call was (``None``: not mapped).
     index: int | None = None
+    #: Of a failure the node raised: its exception's class and bases (``flows.node.error_types``), what
+    #: ``retry_on`` matches; empty for failures of the call's surroundings (a lost machine, a store outage).
+    error_types: tuple[str, ...] = ()
+    #: The attempt ran out of memory (a ``MemoryError``, or its process killed by SIGKILL: the OOM killer).
+    oom: bool = False
 
     kind: ClassVar[str] = DONE
     _TYPES: ClassVar[dict[str, tuple[type, ...]]] = {
         "kind": (str,), "call_id": (str,), "node": (str,), "attempt": (int,), "status": (str,),
         "machine": (str, type(None)), "gpus": (list,), "started_at": (str, type(None)),
         "finished_at": (str, type(None)), "epoch": (int,), "outputs": (dict, type(None)), "artifacts": (list,),
-        "logs": (str, type(None)), "error": (str, type(None)), "index": (int, type(None)),
+        "logs": (str, type(None)), "error": (str, type(None)), "index": (int, type(None)), "error_types": (list,),
+        "oom": (bool,),
     }
 
     @property
@@ -141,7 +147,8 @@ class Completion:
                 "status": self.status, "machine": self.machine, "gpus": list(self.gpus),
                 "started_at": self.started_at, "finished_at": self.finished_at, "epoch": self.epoch,
                 "outputs": self.outputs, "artifacts": [_artifact_to_wire(a) for a in self.artifacts],
-                "logs": self.logs, "error": self.error, "index": self.index}
+                "logs": self.logs, "error": self.error, "index": self.index, "error_types": list(self.error_types),
+                "oom": self.oom}
 
     @classmethod
     def from_wire(cls, data: Any) -> Completion:
@@ -153,6 +160,9 @@ class Completion:
         if not all(isinstance(g, int) for g in values.get("gpus", ())):
             raise MessageRefused(f"completion of {values['call_id']!r}: gpus must be whole numbers")
         values["gpus"] = tuple(values.get("gpus", ()))
+        if not all(isinstance(t, str) for t in values.get("error_types", ())):
+            raise MessageRefused(f"completion of {values['call_id']!r}: error_types must be names")
+        values["error_types"] = tuple(values.get("error_types", ()))
         values["artifacts"] = tuple(_artifact_from_wire(values["call_id"], a) for a in values.get("artifacts", ()))
         return cls(**values)
 

@@ -59,6 +59,13 @@ class Grant(BaseModel):
     incarnation: str | None = None
     #: The label whose queue on that machine the call goes to (``None``: its ``default`` queue).
     queue_label: str | None = None
+    #: The pool whose slot the call holds with it (``None``: none), given back with the grant.
+    pool: str | None = None
+
+    @property
+    def resources(self) -> Resources:
+        """What the grant holds, as a request would say it."""
+        return Resources(cpus=self.cpus, gpus=len(self.gpus), ram_mb=self.ram_mb)
 
 
 class DevicePolicy(str, Enum):

@@ -8,13 +8,14 @@ setting is an error, not a silent default.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -27,6 +28,11 @@ from fluksio.errors import ConfigError
 
 #: The broker URL that selects the embedded, single-process mode.
 EMBEDDED_BROKER = "memory://"
+#: ``FLUKSIO_SECRET_<NAME>``: the value of the ``Secret`` input named ``NAME``, on the worker that runs its node.
+#: Not a setting: never read into :class:`Settings`, never exported to a Slurm job.
+SECRET_ENV_PREFIX = "FLUKSIO_SECRET_"
+#: The settings that switch message signing on, all together.
+SIGNING_FIELDS = ("signing_key", "signing_certificate", "signing_cert_store")
 
 
 def _config_file() -> Path:
@@ -91,6 +97,9 @@ class Settings(BaseSettings):
     memory_polling_interval_s: float = Field(default=0.001, gt=0)
     #: The longest list (product of lists) a mapped node maps over: a longer one fails the node.
     max_elements: int = Field(default=100_000, ge=1)
+    #: Named installation-wide slot counts (``{"licenses": 4}``; a ``[pools]`` table in fluksio.toml): a node
+    #: with ``pool="licenses"`` holds one slot while it runs, on any machine.
+    pools: dict[str, int] = Field(default_factory=dict)
     #: Captured logs kept per node call, in characters.
     log_limit_chars: int = Field(default=64_000, ge=0)
     #: A node worker with GPUs forks each GPU call from a fork server that imported the flows already (warm);
@@ -102,6 +111,17 @@ class Settings(BaseSettings):
     #: ``user:password`` the run explorer (`fluksio ui`) asks for; it refuses to listen on an address other
     #: hosts reach without one (``--basic-auth`` overrides it).
     ui_basic_auth: str | None = None
+
+    #: Message signing (README "Security"): this process's private key (PEM, RSA, unencrypted, mode 0600),
+    #: its X.509 certificate, and the certificates it trusts (a folder of PEM files, or one file or glob).
+    #: All three or none: with them every Celery message is signed and only signed ones are accepted
+    #: (Celery's ``auth`` serializer), and so is every message on a run's inbox.
+    signing_key: Path | None = None
+    signing_certificate: Path | None = None
+    signing_cert_store: Path | None = None
+    #: Where a worker finds the value of a ``Secret`` input named ``NAME`` when ``FLUKSIO_SECRET_NAME`` is not
+    #: set: the file ``NAME`` in this folder (mode 0600, its content the value; one trailing newline dropped).
+    secrets_dir: Path | None = None
 
     #: Alert rules (a JSON list); unset: ``config/alerts.json`` in the working directory if present, else none.
     alerts: Path | None = None
@@ -139,6 +159,25 @@ class Settings(BaseSettings):
             return value.rstrip("/")
         return Path(value) if isinstance(value, str) else value
 
+    @model_validator(mode="after")
+    def _signing_whole(self) -> Settings:
+        given = {name: getattr(self, name) for name in SIGNING_FIELDS}
+        if any(value is not None for value in given.values()) and not all(v is not None for v in given.values()):
+            missing = ", ".join(f"FLUKSIO_{name.upper()}" for name, value in given.items() if value is None)
+            raise ValueError(f"message signing needs a key, its certificate and a store of trusted certificates; "
+                             f"{missing} {'is' if missing.count(',') == 0 else 'are'} not set")
+        return self
+
+    @field_validator("pools")
+    @classmethod
+    def _pool_names_and_slots(cls, value: dict[str, int]) -> dict[str, int]:
+        for name, slots in value.items():
+            if not name.isidentifier() or len(name) > 200:
+                raise ValueError(f"pool name {name!r} is not valid; use a Python identifier such as 'licenses'")
+            if slots < 1:
+                raise ValueError(f"pool {name!r} must have at least 1 slot, got {slots}")
+        return value
+
     @field_validator("flows", "labels", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
@@ -159,6 +198,11 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = TomlConfigSettingsSource(settings_cls, toml_file=_config_file())
         return (init_settings, env_settings, toml)
+
+    @property
+    def signing(self) -> bool:
+        """True when messages are signed and only signed ones are accepted (all three signing settings set)."""
+        return self.signing_key is not None
 
     @property
     def embedded(self) -> bool:
@@ -188,7 +232,8 @@ def load_settings(**overrides: Any) -> Settings:
 
 def _complain_about_unknown_env() -> None:
     known = {f"FLUKSIO_{name.upper()}" for name in Settings.model_fields} | {"FLUKSIO_CONFIG"}
-    unknown = sorted(key for key in os.environ if key.startswith("FLUKSIO_") and key not in known)
+    unknown = sorted(key for key in os.environ if key.startswith("FLUKSIO_") and key not in known
+                     and not key.startswith(SECRET_ENV_PREFIX))
     if unknown:
         raise ConfigError(
             f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
@@ -200,6 +245,28 @@ def require_redis_broker(settings: Settings) -> None:
     if not settings.broker_url.startswith(("redis://", "rediss://")):
         raise ConfigError(f"FLUKSIO_BROKER_URL={redact_url(settings.broker_url)}: only redis:// and rediss:// "
                           "brokers are supported (the placer's books live in the same Redis)")
+
+
+#: The TLS options of a ``rediss://`` URL, as query parameters: the one spelling kombu (Celery's broker),
+#: Celery's Redis result backend and redis-py (books, inboxes, events) all read from the URL.
+REDIS_TLS_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname")
+
+
+def verified_redis_url(url: str) -> str:
+    """``url`` as every fluksio process uses it: a ``rediss://`` URL that does not say ``ssl_cert_reqs``
+    verifies the server's certificate (``ssl_cert_reqs=required``).
+
+    redis-py verifies by default, but kombu does not (it warns and goes on without checking), and Celery's
+    Redis result backend refuses such a URL outright: said once here, all three verify. ``ssl_cert_reqs=none``
+    stays as written (``fluksio security check`` reports it).
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "rediss":
+        return url
+    if any(key == "ssl_cert_reqs" for key, _ in parse_qsl(parts.query, keep_blank_values=True)):
+        return url
+    # Appended as it is, leaving the rest of the query as the user wrote it (paths unescaped, readable).
+    return urlunsplit(parts._replace(query="&".join(filter(None, [parts.query, "ssl_cert_reqs=required"]))))
 
 
 def redact_url(url: str) -> str:
@@ -221,3 +288,28 @@ def redact_url(url: str) -> str:
         if colon != -1 and colon + 1 < len(head) and not head[colon + 1:].startswith("//"):
             return f"{head[:colon + 1]}***@{tail}"
     return url
+
+
+def is_loopback(address: str) -> bool:
+    """Whether only this host can reach ``address`` (``''`` and ``0.0.0.0`` mean every interface): what a
+    server of fluksio (the explorer, Flower) may listen on without a password."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def read_json_file(path: Path, what: str) -> Any:
+    """The JSON in the file at ``path``; a :class:`ConfigError` naming ``what`` it is (``alert rules``,
+    ``provisioner profiles``) and what is wrong with it — unreadable, or not JSON (with the line and column)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+                          ) from None

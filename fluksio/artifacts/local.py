@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from fluksio.artifacts.artifact import Artifact, validate_digest
+from fluksio.artifacts.hashing import HashingWriter
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import ArtifactError
 
@@ -57,6 +59,29 @@ class LocalArtifactStore(ArtifactStore):
         if not file.is_file():
             raise ArtifactError(f"artifact {digest} is gone from {self.root}")
         return file
+
+    def put_stream(self, write: Callable[[BinaryIO], None], name: str | None = None,
+                   media_type: str = "application/octet-stream") -> Artifact:
+        """Write straight into a temporary file of the store, then rename it to its digest: the bytes are
+        written once and never copied (see :meth:`ArtifactStore.put_stream`)."""
+        scratch = self.root / "tmp"
+        scratch.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=scratch, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as raw:
+                hashing = HashingWriter(raw)
+                write(cast(BinaryIO, hashing))
+            target = self._file(hashing.digest)
+            if target.exists():
+                Path(tmp).unlink()  # the same bytes are there already
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return Artifact(hashing.digest, hashing.size, media_type, name, store=self)
 
     def open(self, digest: str) -> BinaryIO:
         try:

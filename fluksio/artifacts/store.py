@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import io
+import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from fluksio.artifacts.artifact import Artifact
+from fluksio.artifacts.hashing import HashingWriter
 
 
 class ArtifactStore(ABC):
@@ -44,6 +47,21 @@ class ArtifactStore(ABC):
     def check(self) -> None:
         """Raise :class:`~fluksio.errors.ConfigError` if the store cannot be used at all (a missing bucket,
         refused credentials, an endpoint that does not answer). A folder or memory store always can."""
+
+    def put_stream(self, write: Callable[[BinaryIO], None], name: str | None = None,
+                   media_type: str = "application/octet-stream") -> Artifact:
+        """Store the bytes ``write`` writes into the binary file it is handed, digested as they are written,
+        and return the artifact bound to this store (what a codec's value becomes).
+
+        Here: through a temporary file and :meth:`put` (the file is the artifact's source, never read into
+        memory whole). A store that can adopt a file it wrote itself does better (the folder store renames it).
+        """
+        with tempfile.TemporaryDirectory(prefix="fluksio-value-") as scratch:
+            path = Path(scratch) / "value"
+            with path.open("wb") as raw:
+                hashing = HashingWriter(raw)
+                write(cast(BinaryIO, hashing))
+            return self.put(Artifact(hashing.digest, hashing.size, media_type, name, source=path))
 
     def bind(self, artifact: Artifact) -> Artifact:
         artifact._store = self

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fluksio.cli import render
-from fluksio.runs.runtime import Runtime
+from fluksio.runs.contact import open_run_store
 from fluksio.settings import load_settings
 from fluksio.store import alerts as alert_rows
 
@@ -28,13 +28,12 @@ def alerts() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def log(rule: str | None, run_id: str | None, failed: bool, limit: int, as_json: bool) -> None:
     """List alerts sent and failed, newest first."""
-    runtime = Runtime.standalone(load_settings())
+    db = open_run_store(load_settings())
     try:
-        runtime.db.upgrade()
-        records = alert_rows.list_alerts(runtime.db, rule=rule, run_id=run_id,
+        records = alert_rows.list_alerts(db, rule=rule, run_id=run_id,
                                          outcome=alert_rows.FAILED if failed else None, limit=limit)
     finally:
-        runtime.close()
+        db.dispose()
     if as_json:
         click.echo(json.dumps([json.loads(r.model_dump_json()) for r in records], indent=2))
         return
@@ -57,12 +56,12 @@ def test(rule: str) -> None:
     """Send a sample alert through RULE now (one try), and say how it went; exit 1 if it failed."""
     from fluksio.triggers.alerts import send_test
 
-    runtime = Runtime.standalone(load_settings())
+    settings = load_settings()
+    db = open_run_store(settings)
     try:
-        runtime.db.upgrade()
-        record = send_test(runtime.settings, runtime.db, rule)
+        record = send_test(settings, db, rule)
     finally:
-        runtime.close()
+        db.dispose()
     if record.outcome == alert_rows.SENT:
         click.echo(f"sample alert of rule {rule} sent to {record.target}")
         return

@@ -7,14 +7,13 @@ optional extra (``pip install 'fluksio[flower]'``).
 
 from __future__ import annotations
 
-import ipaddress
 import sys
 
 import click
 from rich.text import Text
 
 from fluksio.cli import render
-from fluksio.settings import load_settings, redact_url
+from fluksio.settings import is_loopback, load_settings, redact_url
 
 #: Exit code when Flower cannot be started as asked.
 EXIT_BAD_INPUT = 2
@@ -45,8 +44,13 @@ def flower(port: int, address: str, basic_auth: tuple[str, ...], url_prefix: str
     from fluksio.worker.flower import flower_app, prepare_flower
 
     app = flower_app(settings)
+    from fluksio.runs.contact import check_installation
+
+    # Broker and run store (the explorer mounted in Flower reads it): an unreachable one is said now, in
+    # one line, not by an empty dashboard or a traceback from inside Flower.
+    check_installation(settings)
     mount_in_flower(settings)  # the run explorer under /fluksio/, linked from Flower's navigation
-    if not basic_auth and not _is_loopback(address):
+    if not basic_auth and not is_loopback(address):
         render.console(stderr=True).print(Text.assemble(
             ("warning:", "yellow"), f" Flower on {address} without --basic-auth lets anyone who reaches port "
             f"{port} see every run's arguments and revoke tasks"))
@@ -57,7 +61,7 @@ def flower(port: int, address: str, basic_auth: tuple[str, ...], url_prefix: str
             ("warning:", "yellow"), f" could not ask the workers for task events yet ({type(exc).__name__}: {exc}); "
             "Flower asks them again every 5 s"))
     root = f"http://{address}:{port}/" + (f"{url_prefix.strip('/')}/" if url_prefix else "")
-    explorer = (f"the run explorer at {root}{MOUNT}/" if basic_auth or _is_loopback(address) else
+    explorer = (f"the run explorer at {root}{MOUNT}/" if basic_auth or is_loopback(address) else
                 "the run explorer is not mounted (it can cancel runs: give --basic-auth)")
     render.console(stderr=True).print(f"Flower on {root} for broker {redact_url(settings.broker_url)}; {explorer}",
                                       highlight=False)
@@ -82,11 +86,3 @@ def flower_argv(port: int, address: str, basic_auth: tuple[str, ...], url_prefix
     return argv
 
 
-def _is_loopback(address: str) -> bool:
-    """Whether only this host can reach ``address`` (Flower's ``''`` means every interface)."""
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -12,15 +11,15 @@ from typing import Any
 
 import click
 from rich.live import Live
+from rich.text import Text
 
-from fluksio.cli import render
+from fluksio.cli import live, render
+from fluksio.cli.connection import lost_connection, open_client
 from fluksio.cli.params import parse_grid, parse_params, parse_seeds, string_inputs
-from fluksio.client import Client, RunHandle, connect
+from fluksio.client import Client, RunHandle
 from fluksio.errors import FluksioError
 from fluksio.runs.metrics import latest_of, series_of
 from fluksio.schemas import RunStatus
-from fluksio.settings import load_settings
-from fluksio.store.db import Database
 from fluksio.store.metrics import latest_metrics
 from fluksio.store.nodes import artifacts_of
 
@@ -28,19 +27,29 @@ from fluksio.store.nodes import artifacts_of
 EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_TIMED_OUT, EXIT_INTERRUPTED = 1, 2, 124, 130
 #: How often the live display re-reads the run, in seconds.
 REFRESH_S = 0.2
-#: Bytes copied per step when an artifact streams to a file.
-STREAM_CHUNK = 1 << 20
 
 
 class FluksioGroup(click.Group):
-    """Turns a :class:`FluksioError` into one readable line and exit code 2, never a traceback."""
+    """Turns a :class:`FluksioError` (or a connection lost for good) into one readable line and exit code 2,
+    never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except FluksioError as exc:
-            render.console(stderr=True).print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+            _say_error(str(exc))
             ctx.exit(EXIT_BAD_INPUT)
+        except Exception as exc:
+            line = lost_connection(exc)
+            if line is None:
+                raise
+            _say_error(line)
+            ctx.exit(EXIT_BAD_INPUT)
+
+
+def _say_error(line: str) -> None:
+    # soft_wrap: one line, however long (the terminal folds it; a log or a pipe keeps it whole).
+    render.console(stderr=True).print(Text.assemble(("error:", "red"), " ", line), soft_wrap=True)
 
 
 @click.group(cls=FluksioGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -50,22 +59,22 @@ def cli() -> None:
 
 
 def _client() -> Client:
-    return connect(load_settings())
+    return open_client()
 
 
 def _wait_live(client: Client, handle: RunHandle, total: int, timeout: float | None, quiet: bool,
-               activity: render.RunActivity | None = None) -> None:
+               activity: live.RunActivity | None = None) -> None:
     deadline = None if timeout is None else time.monotonic() + timeout
     out = render.console(stderr=True)
     try:
-        live = Live(console=out, refresh_per_second=8, transient=True)
+        screen = Live(console=out, refresh_per_second=8, transient=True)
         show = not quiet and out.is_terminal
-        with live if show else contextlib.nullcontext():
+        with screen if show else contextlib.nullcontext():
             while True:
                 record = client.get(handle.id)
                 if show:
                     latest = latest_metrics(client.runtime.db, handle.id)
-                    live.update(render.progress_view(record, total, latest, activity))
+                    screen.update(live.progress_view(record, total, latest, activity))
                 if record.status.is_terminal():
                     return
                 if deadline is not None and time.monotonic() > deadline:
@@ -98,7 +107,7 @@ def _run(flow_ref: str, params: tuple[str, ...], seed: int | None, group: str | 
         values = parse_params(params, string_inputs(flow.inputs))
         watching = not (detach or as_json)
         # Listen before submitting: in the embedded default the first calls may start before submit returns.
-        activity = render.RunActivity() if watching else None
+        activity = live.RunActivity() if watching else None
         unsubscribe = client.runtime.events.subscribe(activity.observe) if activity else (lambda: None)
         try:
             handle = client.submit(flow, values, seed=seed, group=group, no_cache=no_cache, priority=priority)
@@ -188,7 +197,8 @@ def sweep(flow: str, grid: tuple[str, ...], seeds: str | None, params: tuple[str
         render.console(stderr=True).print(f"group [bold]{result.group_id}[/bold]: {len(result.runs)} run(s)")
         records = result.wait()
         latest = {r.id: {n: v for n, (_s, v) in latest_of(client.runtime.db, r.id).items()} for r in records}
-        render.console().print(render.runs_table(records, latest))
+        out = render.console()
+        out.print(render.runs_table(records, latest, width=out.width))
         sys.exit(0 if all(r.status is RunStatus.OK for r in records) else EXIT_RUN_FAILED)
 
 
@@ -211,7 +221,8 @@ def runs(flow: str | None, status: str | None, group: str | None, schedule_name:
             click.echo(json.dumps([{**json.loads(r.model_dump_json()), "metrics": latest[r.id]} for r in records],
                                   indent=2))
             return
-        render.console().print(render.runs_table(records, latest if group else None))
+        out = render.console()
+        out.print(render.runs_table(records, latest if group else None, width=out.width))
 
 
 @cli.command()
@@ -280,138 +291,22 @@ def cancel(run_id: str) -> None:
         click.echo(f"run {record.id}: {status.value}")
 
 
-@cli.command()
-@click.option("--json", "as_json", is_flag=True)
-def placer(as_json: bool) -> None:
-    """Show the machines the placer knows, what is free, and what waits."""
-    with _client() as client:
-        snapshot = client.placement()
-    if as_json:
-        click.echo(json.dumps(snapshot, indent=2))
-        return
-    from rich.table import Table
-
-    out = render.console()
-    table = Table(show_edge=False, header_style="bold", title="machines", title_justify="left")
-    for column in ("machine", "labels", "cpus free/total", "gpus free/total", "ram free/total MB", "calls",
-                   "heartbeat"):
-        table.add_column(column)
-    for m in snapshot["machines"]:
-        beat = "-" if m["heartbeat_age_s"] is None else f"{m['heartbeat_age_s']:.1f}s ago"
-        table.add_row(m["name"], ",".join(m["labels"]), f"{m['free']['cpus']}/{m['total']['cpus']}",
-                      f"{','.join(map(str, m['free_gpu_ids'])) or '-'} / {','.join(map(str, m['gpu_ids'])) or '-'}",
-                      f"{m['free']['ram_mb']}/{m['total']['ram_mb']}", str(m["calls"]), beat)
-    out.print(table if snapshot["machines"] else "no machines attached")
-    if snapshot["waiting"]:
-        waiting = Table(show_edge=False, header_style="bold", title="waiting", title_justify="left")
-        for column in ("run", "node", "for", "why"):
-            waiting.add_column(column)
-        for w in snapshot["waiting"]:
-            waiting.add_row(w["run_id"] or "", w["node"] or "", f"{w['waiting_s']:.1f}s", w["reason"])
-        out.print(waiting)
-    else:
-        out.print("nothing waiting")
-    if snapshot["provisioners"] and "profile" in snapshot["provisioners"][0]:
-        profiles = Table(show_edge=False, header_style="bold", title="provisioners", title_justify="left")
-        for column in ("profile", "labels", "state", "job", "slurm state", "pending", "note"):
-            profiles.add_column(column)
-        for p in snapshot["provisioners"]:
-            pending = f"{p['pending_s']:.0f}s" if p.get("pending_s") is not None else ""
-            profiles.add_row(p["profile"], ",".join(p.get("labels") or []), p.get("state") or "",
-                             str(p.get("job_id") or ""), p.get("job_state") or "", pending, p.get("reason") or "")
-        out.print(profiles)
-
-
-@cli.command()
-@click.option("--name", help="Machine name (default: the host name); also a label.")
-@click.option("--labels", help="Labels this machine carries, comma-separated (e.g. gpu,a100).")
-@click.option("--cpus", type=int, help="CPUs to offer (default: the host's); also the node pool's size.")
-@click.option("--gpus", help="GPU ids to offer, e.g. 0,1, or 'none' (default: detected with nvidia-smi).")
-@click.option("--ram-mb", type=int, help="RAM to offer, in MB (default: the host's).")
-@click.option("--drivers", is_flag=True, help="Also run drivers, in a process and pool of their own.")
-@click.option("--drivers-only", is_flag=True, help="Run only drivers (no node calls).")
-@click.option("--beat", is_flag=True, help="Also run `fluksio beat` (the schedules), in a process of its own.")
-@click.option("--profile", type=click.Path(dir_okay=False), help="A worker profile (TOML); flags override it.")
-@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True),
-              help="Exit after this many seconds without a node call (for provisioned workers).")
-@click.option("--loglevel", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
-def worker(name: str | None, labels: str | None, cpus: int | None, gpus: str | None, ram_mb: int | None,
-           drivers: bool, drivers_only: bool, beat: bool, profile: str | None, idle_timeout: float | None,
-           loglevel: str) -> None:
-    """Run a Celery worker for this machine: node calls on <label>@<name> queues, drivers with --drivers."""
-    from fluksio.worker.inventory import build_inventory
-    from fluksio.worker.profile import WorkerProfile, load_profile
-    from fluksio.worker.service import run_driver_worker, run_node_worker
-
-    settings = load_settings()
-    base = load_profile(profile) if profile else WorkerProfile()
-    inventory = build_inventory(
-        name or base.name, labels if labels is not None else ",".join(base.labels), cpus or base.cpus,
-        gpus if gpus is not None else base.gpus_text, ram_mb if ram_mb is not None else base.ram_mb,
-    )
-    drivers = drivers or base.drivers
-    if drivers_only:
-        run_driver_worker(settings, inventory.name, loglevel.upper(), with_beat=beat)
-    else:
-        run_node_worker(settings, inventory, drivers, loglevel.upper(), idle_timeout_s=idle_timeout, with_beat=beat)
-
-
-@cli.group()
-def artifact() -> None:
-    """Artifacts: bytes nodes made, stored under their sha256."""
-
-
-@artifact.command("get")
-@click.argument("digest")
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), required=True,
-              help="File to write the bytes to ('-' for standard output).")
-def artifact_get(digest: str, output: str) -> None:
-    """Write the bytes of artifact DIGEST (sha256:…) to a file, streamed and checked against the digest."""
-    from fluksio.artifacts.artifact import validate_digest
-    from fluksio.artifacts.factory import open_store
-
-    store = open_store(load_settings(), check=True)
-    with store.open(validate_digest(digest)) as source:
-        if output == "-":
-            # Bytes already written cannot be taken back: a copy found corrupt at its end exits non-zero.
-            shutil.copyfileobj(source, sys.stdout.buffer, STREAM_CHUNK)
-            return
-        target = Path(output)
-        partial = target.with_name(f".{target.name}.partial")
-        try:
-            with partial.open("wb") as handle:
-                shutil.copyfileobj(source, handle, STREAM_CHUNK)
-            partial.replace(target)  # only a checked, whole copy gets the name asked for
-        finally:
-            partial.unlink(missing_ok=True)
-    click.echo(f"wrote {target.stat().st_size} bytes to {output}", err=True)
-
-
-@cli.group()
-def db() -> None:
-    """The run store."""
-
-
-@db.command()
-def upgrade() -> None:
-    """Create or upgrade the run store's tables to the newest schema."""
-    settings = load_settings()
-    database = Database(settings.database_url)
-    before = database.current_revision()
-    database.upgrade()
-    click.echo(f"run store at revision {database.current_revision()} (was {before or 'empty'})")
-    database.dispose()
-
-
 from fluksio.cli.alerts import alerts  # noqa: E402
 from fluksio.cli.beat import beat  # noqa: E402
 from fluksio.cli.flower import flower  # noqa: E402
+from fluksio.cli.placer import placer  # noqa: E402
 from fluksio.cli.plot import plot  # noqa: E402
 from fluksio.cli.schedule import schedule  # noqa: E402
+from fluksio.cli.security import security  # noqa: E402
+from fluksio.cli.stored import artifact, db  # noqa: E402
 from fluksio.cli.ui import ui  # noqa: E402
 from fluksio.cli.watch import watch  # noqa: E402
+from fluksio.cli.worker import worker  # noqa: E402
 
+cli.add_command(placer)
+cli.add_command(worker)
+cli.add_command(artifact)
+cli.add_command(db)
 cli.add_command(flower)
 cli.add_command(watch)
 cli.add_command(plot)
@@ -419,6 +314,7 @@ cli.add_command(schedule)
 cli.add_command(beat)
 cli.add_command(alerts)
 cli.add_command(ui)
+cli.add_command(security)
 
 
 def main() -> None:

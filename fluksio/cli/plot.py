@@ -14,9 +14,8 @@ import click
 from rich.text import Text
 
 from fluksio.cli import render
-from fluksio.client import connect
+from fluksio.cli.connection import open_client
 from fluksio.schemas import RunRecord
-from fluksio.settings import load_settings
 
 #: Exit code when the picture cannot be drawn as asked (no matplotlib, no such metric).
 EXIT_BAD_INPUT = 2
@@ -46,13 +45,13 @@ def plot(args: tuple[str, ...], output: str, group: str | None, title: str | Non
     except ImportError:
         render.console(stderr=True).print(Text.assemble(("error:", "red"), " ", MISSING_MATPLOTLIB))
         sys.exit(EXIT_BAD_INPUT)
-    with connect(load_settings()) as client:
+    with open_client() as client:
         records = [client.get(r) for r in run_ids]
         if group:
             records += client.runs(group=group, limit=GROUP_LIMIT)[::-1]
         records = list({r.id: r for r in records}.values())
         series = {r.id: client.metrics(r.id).get(metric) for r in records}
-    lines = [(r, series[r.id]) for r in records if series[r.id]]
+    lines = [(r, points) for r in records if (points := series[r.id])]
     _report_missing(metric, [r for r in records if not series[r.id]], bool(lines))
     figure = Figure(figsize=FIGSIZE_IN, dpi=DPI, layout="constrained")
     _draw(figure.subplots(), metric, lines, title, log_y)
@@ -80,6 +79,9 @@ def _draw(axes: Any, metric: str, lines: list[tuple[RunRecord, list[tuple[int, f
     for record, points in lines:
         steps, values = zip(*points)
         axes.plot(steps, values, label=labels[record.id], marker="." if len(points) < 30 else None)
+    from matplotlib.ticker import MaxNLocator
+
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are counts: no 0.5 between two of them
     axes.set_xlabel("step")
     axes.set_ylabel(metric)
     axes.set_title(title or metric)
@@ -98,17 +100,6 @@ def run_labels(records: list[RunRecord]) -> dict[str, str]:
     params = [{**r.params, **({"seed": r.seed} if r.seed is not None else {})} for r in records]
     names = sorted({k for p in params for k in p})
     varying = [k for k in names if len({repr(p.get(k)) for p in params}) > 1]
-    ids = short_ids([r.id for r in records])
+    ids = render.short_ids([r.id for r in records])
     return {r.id: " ".join([ids[r.id], *(f"{k}={render.short(p.get(k), 16)}" for k in varying)])
             for r, p in zip(records, params)}
-
-
-def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
-    """The shortest prefix (at least ``least`` characters) that tells each id from the others.
-
-    Run ids start with their creation time, so a sweep's ids share a long prefix.
-    """
-    width = least
-    while width < max(map(len, ids), default=0) and len({i[:width] for i in ids}) < len(set(ids)):
-        width += 1
-    return {i: i[:width] for i in ids}

@@ -3,30 +3,29 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from fluksio.schemas import NodeRecord, RunRecord
+from fluksio.schemas import NodeRecord, Resources, RunRecord
 
 STATUS_STYLE = {
     "ok": "green", "cached": "cyan", "running": "yellow", "queued": "blue", "error": "red",
     "skipped": "dim", "cancelled": "magenta", "abandoned": "red",
 }
-#: Most running calls the live display lists one by one.
-LIVE_ROWS = 8
-EVENT_STYLE = {
-    "run_queued": "blue", "run_started": "bold", "node_queued": "blue", "node_started": "yellow",
-    "node_finished": "green", "run_finished": "bold",
-}
+#: How ``fluksio runs`` shows when a run was created.
+CREATED = "%m-%d %H:%M:%S"
+#: Columns a table cell's padding and the rule before it take.
+COLUMN_GAP = 3
+#: Params narrower than this make ``fluksio runs`` shorten ids; narrower than ``PARAMS_LEAST``, they are left out.
+PARAMS_ROOMY, PARAMS_LEAST = 30, 8
+#: Longest flow name ``fluksio runs`` shows when it shortens ids, and when it does not; the least it cuts
+#: one to, in columns.
+FLOW_NARROW, FLOW_WIDE, FLOW_LEAST = 20, 60, 10
 
 
 def styled(status: str) -> Text:
@@ -38,11 +37,25 @@ def short(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def size_text(size: int) -> str:
+    """``512 B``, ``1.5 kB``, ``200.0 MB``: a size in bytes as people read it (powers of 1000)."""
+    if size < 1000:
+        return f"{size} B"
+    scaled = float(size)
+    for unit in ("kB", "MB", "GB", "TB"):
+        scaled /= 1000
+        if scaled < 1000 or unit == "TB":
+            break
+    return f"{scaled:.1f} {unit}"
+
+
 def display_value(value: Any) -> Any:
-    """Artifact references shown as ``artifact name (size, digest…)``."""
+    """Artifact references shown as ``artifact name (size, digest…)``; a codec's value also names its codec:
+    ``numpy arr.npy (8.0 MB, sha256:ab12…)``."""
     if isinstance(value, dict) and set(value) == {"$artifact"}:
         body = value["$artifact"]
-        return f"artifact {body.get('name') or ''} ({body['size']} B, {body['digest'][:19]}…)"
+        kind = body.get("codec") or "artifact"
+        return f"{kind} {body.get('name') or ''} ({size_text(body['size'])}, {body['digest'][:19]}…)"
     if isinstance(value, dict):
         return {k: display_value(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -50,28 +63,74 @@ def display_value(value: Any) -> Any:
     return value
 
 
-def runs_table(records: list[RunRecord], metrics: dict[str, dict[str, float]] | None = None) -> Table:
-    table = Table(show_edge=False, header_style="bold")
-    table.add_column("run", no_wrap=True, min_width=26)
-    for column in ("flow", "status", "created", "duration"):
-        table.add_column(column, no_wrap=True)
-    seeded = any(r.seed is not None for r in records)
-    if seeded:
-        table.add_column("seed", justify="right")
-    table.add_column("params", overflow="fold", min_width=24)
+def runs_table(records: list[RunRecord], metrics: dict[str, dict[str, float]] | None = None,
+               width: int = 80) -> Table:
+    """Runs, one row each, that fit a terminal ``width`` columns wide.
+
+    The id, flow, status, created time and duration stay readable at any width from 80 up: when
+    whole ids would leave the params less than :data:`PARAMS_ROOMY` columns, each id is shortened to
+    the shortest prefix that tells the listed runs apart (any unique prefix works with ``fluksio
+    show``) and flow names to :data:`FLOW_NARROW` (or less, down to :data:`FLOW_LEAST`, to leave
+    the params some room). The params get what is left, elided with ``…`` (or no column, under
+    :data:`PARAMS_LEAST`); a sweep's seeds and metrics (``metrics``) come before them.
+    """
     metric_names = sorted({n for m in (metrics or {}).values() for n in m})
-    for name in metric_names:
-        table.add_column(name, justify="right")
-    for r in records:
-        duration = f"{r.duration_ms / 1000:.2f}s" if r.duration_ms is not None else ""
-        row = [r.id, r.flow, styled(r.status.value), r.created_at.strftime("%m-%d %H:%M:%S"), duration]
+    seeded = any(r.seed is not None for r in records)
+    prioritised = any(r.priority for r in records)  # fair sharing: a column only when some run has a priority
+
+    def cells(record: RunRecord, run_id: str, flow_width: int) -> list[str]:
+        duration = f"{record.duration_ms / 1000:.2f}s" if record.duration_ms is not None else ""
+        row = [run_id, short(record.flow, flow_width), record.status.value, record.created_at.strftime(CREATED),
+               duration]
         if seeded:
-            row.append("" if r.seed is None else str(r.seed))
-        row.append(short({k: v for k, v in r.params.items()}, 50))
-        last = (metrics or {}).get(r.id, {})
-        row += [f"{last[n]:.4g}" if n in last else "" for n in metric_names]
-        table.add_row(*row)
+            row.append("" if record.seed is None else str(record.seed))
+        if prioritised:
+            row.append(str(record.priority))
+        last = (metrics or {}).get(record.id, {})
+        return row + [f"{last[n]:.4g}" if n in last else "" for n in metric_names]
+
+    headers = ["run", "flow", "status", "created", "duration", *(["seed"] if seeded else []),
+               *(["prio"] if prioritised else []), *metric_names]
+    rows = [cells(r, r.id, FLOW_WIDE) for r in records]
+    if width - _row_width(headers, rows) - COLUMN_GAP < PARAMS_ROOMY:
+        ids = short_ids([r.id for r in records])
+        rows = [cells(r, ids[r.id], FLOW_WIDE) for r in records]
+        # The flow name gives way before anything else whole does (down to FLOW_LEAST), so that the params
+        # keep PARAMS_LEAST if they can.
+        others = _row_width([h for i, h in enumerate(headers) if i != 1], [r[:1] + r[2:] for r in rows])
+        names = max([cell_len(row[1]) for row in rows], default=0)
+        flow_width = max(FLOW_LEAST, min(names, FLOW_NARROW, width - others - 2 * COLUMN_GAP - PARAMS_LEAST))
+        rows = [cells(r, ids[r.id], flow_width) for r in records]
+    room = width - _row_width(headers, rows) - COLUMN_GAP
+    table = Table(show_edge=False, header_style="bold")
+    for index, header in enumerate(headers):
+        table.add_column(header, no_wrap=True, justify="right" if index >= 5 else "left")
+    if room >= PARAMS_LEAST:
+        table.add_column("params", no_wrap=True, overflow="ellipsis", max_width=room)
+    for record, row in zip(records, rows):
+        shown: list[str | Text] = [*row]
+        shown[2] = styled(record.status.value)
+        if room >= PARAMS_LEAST:
+            shown.append(short(dict(record.params), room))
+        table.add_row(*shown)
     return table
+
+
+def _row_width(headers: list[str], rows: list[list[str]]) -> int:
+    """Columns a table of these cells takes (rich's default padding, one rule between columns)."""
+    widths = [max([cell_len(h), *(cell_len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+    return sum(widths) + COLUMN_GAP * len(widths) - 1
+
+
+def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
+    """The shortest prefix (at least ``least`` characters) that tells each id from the others.
+
+    Run ids start with their creation time, so a sweep's ids share a long prefix.
+    """
+    width = least
+    while width < max(map(len, ids), default=0) and len({i[:width] for i in ids}) < len(set(ids)):
+        width += 1
+    return {i: i[:width] for i in ids}
 
 
 #: Failed elements of one mapped node that ``fluksio show`` lists one by one.
@@ -82,7 +141,7 @@ def nodes_table(record: RunRecord) -> Table:
     """A row per node call; a mapped node's elements folded into one row (``38/40 ok, 2 error``), its
     failed elements listed under it."""
     table = Table(show_edge=False, header_style="bold")
-    for column in ("node", "status", "machine", "gpus", "attempt", "duration", "error"):
+    for column in ("node", "status", "machine", "gpus", "granted", "attempt", "duration", "error"):
         table.add_column(column)
     elements: dict[str, dict[int, NodeRecord]] = {}
     for n in record.nodes:
@@ -90,25 +149,39 @@ def nodes_table(record: RunRecord) -> Table:
             latest = elements.setdefault(n.node, {})
             if n.index not in latest or n.attempt >= latest[n.index].attempt:
                 latest[n.index] = n
+    last: dict[tuple[str, int | None], int] = {}  # (node, element) → its last attempt: earlier ones were retried
+    for n in record.nodes:
+        last[(n.node, n.index)] = max(n.attempt, last.get((n.node, n.index), 0))
     shown: set[str] = set()
     for n in record.nodes:
         if n.index is None:
-            _node_row(table, n.node, n)
+            _node_row(table, n.node, n, retried=n.attempt < last[(n.node, None)])
         elif n.node not in shown:
             shown.add(n.node)
             _mapped_rows(table, n.node, elements[n.node])
     return table
 
 
-def _node_row(table: Table, name: str, n: NodeRecord) -> None:
+def _node_row(table: Table, name: str, n: NodeRecord, retried: bool = False) -> None:
+    """One call's row; ``retried``: a later attempt followed it (its error is why)."""
     duration = f"{n.duration_ms / 1000:.3f}s" if n.duration_ms is not None else ""
     error = (n.error or "").splitlines()[0] if n.error else ""
     if n.cached_from:
         error = f"cached from {n.cached_from}"
     elif n.child_run and not error:
         error = f"child run {n.child_run}"
-    table.add_row(name, styled(n.status.value), n.machine or "", ",".join(map(str, n.gpus)), str(n.attempt),
-                  duration, short(error, 70))
+    elif retried:
+        error = f"retried after: {error or n.status.value}"
+    table.add_row(name, styled(n.status.value), n.machine or "", ",".join(map(str, n.gpus)), granted_text(n.granted),
+                  str(n.attempt), duration, short(error, 70))
+
+
+def granted_text(granted: Resources | None) -> str:
+    """``1 cpu · 1 gpu · 8000 MB``: what an attempt held."""
+    if granted is None:
+        return ""
+    parts = [f"{granted.cpus} cpu"] + ([f"{granted.gpus} gpu"] if granted.gpus else [])
+    return " · ".join(parts + ([f"{granted.ram_mb} MB"] if granted.ram_mb else []))
 
 
 def _mapped_rows(table: Table, node: str, latest: dict[int, NodeRecord]) -> None:
@@ -123,7 +196,7 @@ def _mapped_rows(table: Table, node: str, latest: dict[int, NodeRecord]) -> None
     note = f"failed: {', '.join(f'{node}[{n.index}]' for n in failed[:FAILED_ELEMENTS_SHOWN])}" if failed else ""
     if len(failed) > FAILED_ELEMENTS_SHOWN:
         note += f" and {len(failed) - FAILED_ELEMENTS_SHOWN} more"
-    table.add_row(node, Text(status, style="red" if failed else "green"), short(", ".join(machines), 30), "",
+    table.add_row(node, Text(status, style="red" if failed else "green"), short(", ".join(machines), 30), "", "",
                   str(max(n.attempt for n in latest.values())), span, note)
     for n in failed[:FAILED_ELEMENTS_SHOWN]:
         _node_row(table, f"  {node}[{n.index}]", n)
@@ -148,14 +221,14 @@ def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], a
     details = [f"params {short(record.params, 100)}"]
     if record.seed is not None:
         details.append(f"seed {record.seed}")
+    if record.priority:
+        details.append(f"priority {record.priority}")
     if record.duration_ms is not None:
         details.append(f"took {record.duration_ms / 1000:.2f}s")
     if record.group_id:
         details.append(f"group {record.group_id}")
     if record.parent_id:
         details.append(f"child of {record.parent_id} ({record.parent_node})")
-    if record.priority:
-        details.append(f"priority {record.priority}")
     parts.append(Text(" · ".join(details), style="dim"))
     if record.nodes:
         parts.append(nodes_table(record))
@@ -163,10 +236,11 @@ def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], a
         parts.append(metrics_table(series))
     if artifacts:
         table = Table(show_edge=False, header_style="bold")
-        for column in ("artifact", "node", "message", "size", "digest"):
+        for column in ("artifact", "node", "message", "codec", "size", "digest"):
             table.add_column(column)
         for a in artifacts:
-            table.add_row(a.name or "", a.node, a.message, f"{a.size} B", a.digest)
+            node = a.node if getattr(a, "element", -1) < 0 else f"{a.node}[{a.element}]"
+            table.add_row(a.name or "", node, a.message, a.codec or "", size_text(a.size), a.digest)
         parts.append(table)
     if record.result is not None:
         parts.append(Text("result " + json.dumps(display_value(record.result), indent=2, default=str,
@@ -174,176 +248,10 @@ def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], a
     return Group(*parts)
 
 
-def progress_line(record: RunRecord, total: int, latest: dict[str, tuple[int, float]]) -> Group:
-    """The live display without events: counts, the run's reason and metrics (see :func:`progress_view`)."""
-    return progress_view(record, total, latest)
-
-
-def progress_view(record: RunRecord, total: int, latest: dict[str, tuple[int, float]],
-                  activity: RunActivity | None = None, now: float | None = None) -> Group:
-    """What ``fluksio run`` redraws while it waits: nodes done/total, what runs where, what waits and why,
-    and the newest value of each metric. ``activity`` (fed with the run's events) knows the running
-    and waiting nodes; without it the run's ``status_reason`` stands in for the waiting ones."""
-    now = time.time() if now is None else now
-    running, waiting = activity.snapshot() if activity is not None else ({}, {})
-    parts: list[Any] = [progress_header(record, total, running, now, waiting)]
-    if running or waiting:
-        parts.append(activity_table(running, waiting, now))
-    elif record.status_reason and not record.status.is_terminal():
-        parts.append(Text(f"  waiting: {record.status_reason}", style="yellow"))
-    if latest:
-        parts.append(metrics_line(latest))
-    return Group(*parts)
-
-
-def nodes_done(record: RunRecord, running: Mapping[str, Any] | None = None,
-               waiting: Mapping[str, Any] | None = None) -> int:
-    """Nodes with a final row; a node that failed and is running again (a retry), or a mapped node with an
-    element running or waiting (``count[3]``), is not done."""
-    busy = {unit.partition("[")[0] for unit in (*(running or ()), *(waiting or ()))}
-    return len({n.node for n in record.nodes} - busy)
-
-
-def progress_header(record: RunRecord, total: int, running: Mapping[str, Any], now: float,
-                    waiting: Mapping[str, Any] | None = None) -> Text:
-    done = nodes_done(record, running, waiting)
-    text = Text.assemble(styled(record.status.value), "  ", (f"{done}/{total}", "bold"), " nodes done")
-    if running:
-        text.append(f" · {len(running)} running")
-    if record.started_at is not None:
-        end = record.finished_at.timestamp() if record.finished_at is not None else now
-        text.append(f" · {end - record.started_at.timestamp():.1f}s", style="dim")
-    return text
-
-
-def activity_table(running: Mapping[str, RunningCall], waiting: Mapping[str, str], now: float) -> Table:
-    """One row per running call (at most :data:`LIVE_ROWS`), one per distinct reason to wait."""
-    table = Table.grid(padding=(0, 2))
-    table.add_column(no_wrap=True)
-    table.add_column(no_wrap=True)
-    table.add_column()
-    calls = sorted(running.items())
-    for node, call in calls[:LIVE_ROWS]:
-        where = f"on {call.machine}" + (f" · gpus {','.join(map(str, call.gpus))}" if call.gpus else "")
-        attempt = f" · attempt {call.attempt}" if call.attempt > 1 else ""
-        table.add_row(Text("  ▶ running", style="yellow"), node,
-                      Text(f"{where} · {max(0.0, now - call.since):.1f}s{attempt}"))
-    if len(calls) > LIVE_ROWS:
-        table.add_row(Text("  ▶ running", style="yellow"), f"+{len(calls) - LIVE_ROWS} more", "")
-    by_reason: dict[str, list[str]] = {}
-    for node, reason in sorted(waiting.items()):
-        by_reason.setdefault(reason, []).append(node)
-    for reason, nodes in by_reason.items():
-        table.add_row(Text("  ⏸ waiting", style="blue"), name_list(nodes), Text(reason, style="yellow"))
-    return table
-
-
 def name_list(names: list[str], shown: int = 3) -> str:
     """``a, b, c +4``: a few names and how many more."""
     head = ", ".join(names[:shown])
     return head if len(names) <= shown else f"{head} +{len(names) - shown}"
-
-
-def metrics_line(latest: Mapping[str, tuple[int, float]]) -> Text:
-    text = Text("  ")
-    for index, (name, (step, value)) in enumerate(sorted(latest.items())):
-        if index:
-            text.append(" · ", style="dim")
-        text.append(name, style="cyan")
-        text.append(f" {value:.4g}")
-        text.append(f" (step {step})", style="dim")
-    return text
-
-
-@dataclass(frozen=True)
-class RunningCall:
-    machine: str
-    gpus: tuple[int, ...]
-    attempt: int
-    #: When the call started, in seconds since the epoch (the event's time).
-    since: float
-
-
-class RunActivity:
-    """What a run's events say is happening now: which nodes run where, which wait and why.
-
-    Subscribe :meth:`observe` to the events *before* submitting (a run's first
-    calls may start before ``submit`` returns), then name the run: events of
-    every run are kept until then, and only the named run's are shown. Events
-    arrive on the events' thread and are read on the display's, hence the lock.
-    """
-
-    def __init__(self, run_id: str | None = None) -> None:
-        #: The run :meth:`snapshot` describes.
-        self.run_id = run_id
-        self._running: dict[tuple[str, str], RunningCall] = {}
-        self._waiting: dict[tuple[str, str], str] = {}
-        self._lock = threading.Lock()
-
-    def observe(self, event: Mapping[str, Any]) -> None:
-        run_id, node, kind = event.get("run_id"), event.get("node"), event.get("event")
-        if not run_id or not node or (self.run_id is not None and run_id != self.run_id):
-            return
-        key = (str(run_id), str(node))
-        with self._lock:
-            if kind == "node_queued":
-                self._waiting[key] = str(event.get("reason") or "waiting for a machine")
-            elif kind == "node_started":
-                self._waiting.pop(key, None)
-                self._running[key] = RunningCall(str(event.get("machine") or "?"), tuple(event.get("gpus") or ()),
-                                                 int(event.get("attempt") or 1), float(event.get("at") or time.time()))
-            elif kind == "node_finished":
-                self._waiting.pop(key, None)
-                self._running.pop(key, None)
-
-    def snapshot(self) -> tuple[dict[str, RunningCall], dict[str, str]]:
-        """The named run's running calls (node → call) and waiting nodes (node → why)."""
-        with self._lock:
-            running = {node: call for (run, node), call in self._running.items() if run == self.run_id}
-            waiting = {node: why for (run, node), why in self._waiting.items() if run == self.run_id}
-        return running, waiting
-
-
-def event_line(event: Mapping[str, Any]) -> Text:
-    """One event as one line: time, kind, run, node, and what happened (``fluksio watch``)."""
-    at = event.get("at")
-    clock = datetime.fromtimestamp(at).strftime("%H:%M:%S.%f")[:-3] if isinstance(at, (int, float)) else "--:--:--"
-    kind = str(event.get("event", "?"))
-    text = Text.assemble((clock, "dim"), "  ", (f"{kind:<13}", EVENT_STYLE.get(kind, "")), "  ",
-                         str(event.get("run_id", "?")))
-    subject = event.get("node") or event.get("flow")
-    if subject:
-        text.append(f"  {subject}", style="bold")
-    detail = event_detail(kind, event)
-    if detail:
-        text.append("  ")
-        text.append_text(detail)
-    return text
-
-
-def event_detail(kind: str, event: Mapping[str, Any]) -> Text:
-    status = str(event.get("status") or "")
-    if kind in ("node_queued", "run_queued"):
-        return Text(f"waits: {event.get('reason') or '?'}", style="yellow")
-    if kind == "node_started":
-        gpus = event.get("gpus") or []
-        return Text(f"on {event.get('machine')}" + (f" · gpus {','.join(map(str, gpus))}" if gpus else "")
-                    + f" · attempt {event.get('attempt', 1)}")
-    if kind == "node_finished":
-        text = styled(status)
-        if event.get("cached_from"):
-            text.append(f" · from run {event['cached_from']}")
-        elif event.get("machine"):
-            text.append(f" on {event['machine']}")
-        if event.get("error"):
-            text.append(f" · {short(str(event['error']).splitlines()[0], 100)}", style="red")
-        return text
-    if kind == "run_finished":
-        text = styled(status)
-        if event.get("reason"):
-            text.append(f" · {short(str(event['reason']), 120)}", style="dim")
-        return text
-    return Text("")
 
 
 def console(stderr: bool = False) -> Console:

@@ -9,10 +9,9 @@ import click
 from rich.table import Table
 
 from fluksio.cli import render
+from fluksio.cli.connection import open_client
 from fluksio.cli.params import parse_params, string_inputs
-from fluksio.client import connect
 from fluksio.schemas import CatchUp, ScheduleRecord
-from fluksio.settings import load_settings
 
 
 def _when(value: datetime | None) -> str:
@@ -48,7 +47,7 @@ def schedule() -> None:
 def add(name: str, flow: str, cron: str | None, tz: str | None, every: str | None, params: tuple[str, ...],
         seed: int | None, priority: int, catchup: str) -> None:
     """Add schedule NAME: a run of FLOW (path/file.py:attr, package.module:attr or a registered name) per tick."""
-    with connect(load_settings()) as client:
+    with open_client() as client:
         resolved = client.runtime.registry.resolve(flow)
         values = parse_params(params, string_inputs(resolved.inputs))
         record = client.schedule(name, resolved, cron=cron, tz=tz, every=every, params=values, seed=seed,
@@ -60,7 +59,7 @@ def add(name: str, flow: str, cron: str | None, tz: str | None, every: str | Non
 @click.option("--json", "as_json", is_flag=True)
 def list_(as_json: bool) -> None:
     """List the schedules, with their last and next ticks."""
-    with connect(load_settings()) as client:
+    with open_client() as client:
         records = client.schedules.list()
     if as_json:
         click.echo(json.dumps([json.loads(r.model_dump_json()) for r in records], indent=2))
@@ -84,7 +83,7 @@ def list_(as_json: bool) -> None:
 @click.argument("name")
 def pause(name: str) -> None:
     """Stop NAME from firing until it is resumed."""
-    with connect(load_settings()) as client:
+    with open_client() as client:
         client.schedules.pause(name)
     click.echo(f"schedule {name}: paused")
 
@@ -93,7 +92,7 @@ def pause(name: str) -> None:
 @click.argument("name")
 def resume(name: str) -> None:
     """Let NAME fire again (ticks missed while paused get its catch-up policy)."""
-    with connect(load_settings()) as client:
+    with open_client() as client:
         record = client.schedules.resume(name)
     click.echo(f"schedule {name}: active; next tick {_when(record.next_tick)}")
 
@@ -102,6 +101,6 @@ def resume(name: str) -> None:
 @click.argument("name")
 def remove(name: str) -> None:
     """Remove NAME (the runs it started keep its name)."""
-    with connect(load_settings()) as client:
+    with open_client() as client:
         client.schedules.remove(name)
     click.echo(f"schedule {name}: removed")

@@ -43,7 +43,7 @@ def ui(port: int, address: str, flower_url: str | None, basic_auth: tuple[str, .
     except ImportError:
         render.console(stderr=True).print(Text.assemble(("error:", "red"), " ", MISSING_TORNADO))
         sys.exit(EXIT_BAD_INPUT)
-    from fluksio.client import connect
+    from fluksio.cli.connection import open_client
     from fluksio.ui.app import serve
     from fluksio.ui.context import Explorer, check_bind, parse_credentials
 
@@ -53,7 +53,7 @@ def ui(port: int, address: str, flower_url: str | None, basic_auth: tuple[str, .
     if flower_url is not None and (urlsplit(flower_url).scheme not in ("http", "https")
                                    or not urlsplit(flower_url).netloc):
         raise ConfigError(f"--flower must be Flower's http:// or https:// URL, got {flower_url!r}")
-    with connect(settings) as client:
+    with open_client(settings) as client:  # an installation it cannot reach is said now, in one line
         explorer = Explorer(client, flower=flower_url, credentials=credentials)
         where = "the embedded store" if settings.embedded else f"broker {redact_url(settings.broker_url)}"
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import click
 
-from fluksio.cli import render
-from fluksio.client import Client, connect
+from fluksio.cli import live, render
+from fluksio.cli.connection import open_client
+from fluksio.client import Client
 from fluksio.errors import ConfigError
 from fluksio.runs.events import EventStream, RedisEvents
 from fluksio.schemas import RunRecord, RunStatus
@@ -19,6 +20,9 @@ from fluksio.settings import load_settings
 #: Silence after which a watched run's row is read again, in seconds: a lost event must not
 #: leave ``watch --run`` waiting for a run that has already ended.
 RECHECK_S = 2.0
+#: How long ``watch --run`` of a run that ended as it subscribed waits for that run's ``run_finished``, in
+#: seconds (its other events came already; the end event follows the row within milliseconds).
+END_GRACE_S = 0.5
 #: Exit codes: the watched run ended other than ``ok`` (or was still going at ``--timeout``); Ctrl-C.
 EXIT_RUN_FAILED, EXIT_INTERRUPTED = 1, 130
 
@@ -37,13 +41,14 @@ def watch(run_id: str | None, timeout: float | None, as_json: bool) -> None:
             "fluksio watch follows the events of a shared broker, and none is configured: in the embedded "
             "default a run's events are only visible inside the process running it (`fluksio run` shows them "
             "live). Set FLUKSIO_BROKER_URL to the installation's Redis to watch runs from another terminal")
-    with connect(settings) as client:
+    with open_client(settings) as client:
         events = client.runtime.events
         assert isinstance(events, RedisEvents)
         with events.stream() as stream:  # subscribed before the run's row is read: nothing falls between
             record = client.get(run_id) if run_id else None
             if record is not None and record.status.is_terminal():
-                _say_already_over(record)
+                if not _print_its_end(stream, record, as_json):
+                    _say_already_over(record)
                 sys.exit(0 if record.status is RunStatus.OK else EXIT_RUN_FAILED)
             try:
                 status = _follow(client, stream, record, timeout, as_json)
@@ -78,11 +83,34 @@ def _follow(client: Client, stream: EventStream, record: RunRecord | None, timeo
     return None
 
 
+def _print_its_end(stream: EventStream, record: RunRecord, as_json: bool) -> bool:
+    """Print the events of ``record``'s run that came since subscribing, and whether its end was among them.
+
+    A run that ended while the watch subscribed left its last events on the subscription, and they are
+    shown rather than dropped. A driver writes a run's end before it publishes ``run_finished``: once one
+    of the run's events came, its ``run_finished`` is awaited for up to :data:`END_GRACE_S`.
+    """
+    out = render.console()
+    seen = False
+    deadline = time.monotonic()
+    while True:
+        event = stream.next(max(0.0, deadline - time.monotonic()))
+        if event is None:
+            return False
+        if event.get("run_id") != record.id:
+            continue
+        if not seen:
+            seen, deadline = True, time.monotonic() + END_GRACE_S
+        _print(out, event, as_json)
+        if event.get("event") == "run_finished":
+            return True
+
+
 def _print(out: Any, event: dict[str, Any], as_json: bool) -> None:
     if as_json:
         out.file.write(json.dumps(event, default=str) + "\n")
     else:
-        out.print(render.event_line(event), soft_wrap=True)
+        out.print(live.event_line(event), soft_wrap=True)
     out.file.flush()  # a pipe (`| grep`, a test) must see each line as it happens
 
 

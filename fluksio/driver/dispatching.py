@@ -2,8 +2,11 @@
 
 A ready unit is restored from the cache when an earlier call left its outputs;
 otherwise it joins the wait list of its request's kind, and the head of each
-list is placed as soon as the placer grants it. What waits, and why, is said in
-the run's ``status_reason``, in ``node_queued`` events and to the placer.
+list is placed as soon as the placer grants it (in its turn among every waiting
+call of the installation: by the run's priority, then age). What waits, and why,
+is said in the run's ``status_reason``, in ``node_queued`` events (with the run's
+priority and the node's pool) and to the placer. A retry that backs off waits
+here, in the drive's own schedule, holding no grant, until its time comes.
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ import logging
 import time
 from collections.abc import Callable
 
-from fluksio.driver.rows import cached_row
+from fluksio.driver.rows import bare_rows, cached_row
 from fluksio.driver.state import DriveState
 from fluksio.driver.waiting import ask_for_machine
 from fluksio.driver.waitlists import RequestKind, kind_of
 from fluksio.driver.walk import split_unit
+from fluksio.errors import PlacementError
 from fluksio.messages import NodeCall
 from fluksio.placement.placer import Request, Waiting
+from fluksio.placement.turns import Why
 from fluksio.routing import queue_for
 from fluksio.schemas import Grant, NodeStatus
 from fluksio.store import runs as run_rows
@@ -42,6 +47,7 @@ class Dispatcher:
         """Take what became ready, restore what the cache has, place what it can; say what waits."""
         s = self.s
         restored = False
+        self._end_backoffs(time.monotonic())
         while fresh := s.walk.take_fresh():
             for unit in fresh:
                 spec = s.flow.nodes[split_unit(unit)[0]]
@@ -51,7 +57,7 @@ class Dispatcher:
                 if self._restore_from_cache(unit):
                     restored = True
                     continue
-                kind = kind_of(spec)
+                kind = kind_of(spec, s.asks.get(unit))
                 reason = s.waitlists.add(unit, kind)
                 if reason is not None:  # the first of its node to join a queue that waits: it waits for that
                     self._announce(kind, split_unit(unit)[0], reason)
@@ -68,6 +74,20 @@ class Dispatcher:
         due, reason = s.waitlists.status_reason(time.monotonic(), s.rt.settings.lease_interval_s)
         if due:
             run_rows.set_reason(s.rt.db, s.run_id, reason, s.epoch)
+
+    def _end_backoffs(self, now: float) -> None:
+        """Retries whose wait is over become ready again (``now``: ``time.monotonic()``)."""
+        s = self.s
+        due = [unit for unit, at in s.backoff.items() if at <= now]
+        for unit in due:
+            del s.backoff[unit]
+            s.walk.retry(unit)
+        if due:
+            s.waitlists.say_again()  # the run's reason said it backs off: say what it does now
+
+    def backoff_due_at(self) -> float | None:
+        """When (``time.monotonic()``) the next retry's wait is over, if one waits."""
+        return min(self.s.backoff.values(), default=None)
 
     def forget_waiting(self) -> None:
         """Take this drive's waiting calls off the placer's list (the drive ends, or stops scheduling)."""
@@ -100,17 +120,22 @@ class Dispatcher:
         call_id = s.call_id(unit)
         detail = (f"{s.waitlists.waiting_of(kind, node)} of {s.walk.elements(node)} elements"
                   if index is not None else None)
-        outcome = s.rt.placer.try_claim(
-            Request(call_id, spec.resources, spec.device, spec.device_policy, s.run_id, node if detail else unit,
-                    detail=detail)
-        )
+        asks = kind[0]
+        try:
+            outcome = s.rt.placer.try_claim(
+                Request(call_id, asks, spec.device, spec.device_policy, s.run_id, node if detail else unit,
+                        detail=detail, priority=s.priority, pool=spec.pool)
+            )
+        except PlacementError as exc:  # a pool this driver's settings lack (submit checked the submitter's)
+            self._fail_unplaced(unit, str(exc))
+            return True
         if isinstance(outcome, Waiting):
             reason = outcome.reason
-            # A shape a cluster could start: ask for a machine, and say what became of the ask.
-            asked = ask_for_machine(s.rt, outcome.wanted or spec.resources, spec.device,
-                                    f"run {s.run_id} node {unit}")
-            if asked:
-                reason = f"{reason}; {asked}"
+            if outcome.why is Why.MACHINES:
+                # A shape a cluster could start: ask for a machine, and say what became of the ask.
+                asked = ask_for_machine(s.rt, outcome.wanted or asks, spec.device, f"run {s.run_id} node {unit}")
+                if asked:
+                    reason = f"{reason}; {asked}"
             for queued in s.waitlists.blocked(kind, reason):  # only when the reason changes: not per attempt
                 self._announce(kind, queued, reason)
             return False
@@ -120,8 +145,18 @@ class Dispatcher:
                 f"{len(outcome.gpus)} gpu(s), {outcome.ram_mb} MB RAM on {outcome.machine}"
             )
             log.warning("run %s node %s %s", s.run_id, unit, s.warnings[unit])
+        else:
+            s.warnings.pop(unit, None)  # an earlier attempt's warning is not this one's
         self._send(unit, call_id, outcome)
         return True
+
+    def _fail_unplaced(self, unit: str, error: str) -> None:
+        """The unit can never be placed: it fails with a row saying why (and is taken off its wait list)."""
+        s = self.s
+        [row] = bare_rows(s.run_id, [unit], s.attempts, NodeStatus.ERROR, error)
+        s.journal.add(row, event={"node": unit, "status": row.status, "error": error})
+        s.walk.fail(unit, error)
+        s.journal_ended()
 
     def _announce(self, kind: RequestKind, node: str, reason: str) -> None:
         s = self.s
@@ -131,7 +166,8 @@ class Dispatcher:
             waiting = s.waitlists.waiting_of(kind, node)
             fields = {"elements_waiting": waiting, "elements": total}
             reason = f"{waiting} of {total} elements {reason}"
-        s.rt.events.publish("node_queued", run_id=s.run_id, node=node, reason=reason, **fields)
+        s.rt.events.publish("node_queued", run_id=s.run_id, node=node, reason=reason, priority=s.priority,
+                            pool=s.flow.nodes[node].pool, **fields)
 
     def _send(self, unit: str, call_id: str, grant: Grant) -> None:
         s = self.s

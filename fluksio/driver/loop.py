@@ -152,8 +152,9 @@ class Driver:
                 return
             if self._only_children_left() and self._park():
                 return
+            # A retry backing off is woken for here, in the drive's own schedule: it holds no grant meanwhile.
             wake_at = min(next_lease, next_check, s.journal.due_at() or next_check,
-                          s.waitlists.said_due_at() or next_check)
+                          self.dispatcher.backoff_due_at() or next_check, s.waitlists.said_due_at() or next_check)
             message = s.rt.inbox.pop(s.run_id, timeout=max(0.0, wake_at - time.monotonic()))
             now = time.monotonic()
             if now >= next_lease:
@@ -199,7 +200,10 @@ class Driver:
                 self.children.ended(message.run_id)
                 self._say_how_children_go()
             elif isinstance(message, Cancel):
-                self._cancel()
+                if run_rows.cancel_requested(s.rt.db, s.run_id):
+                    self._cancel()
+                else:  # the row is the truth: a cancel message it does not hold was sent again, or forged
+                    log.warning("run %s: ignoring a cancel message its row does not ask for", s.run_id)
             if s.end is End.LOST:
                 self._hand_back(messages[index:])
                 return
@@ -223,7 +227,7 @@ class Driver:
     def _only_children_left(self) -> bool:
         """Whether all this drive waits for is child runs: nothing in flight, nothing to place or to write."""
         s = self.s
-        return (bool(s.children) and not s.calls and not s.walk.has_fresh and not s.cancelled
+        return (bool(s.children) and not s.calls and not s.walk.has_fresh and not s.cancelled and not s.backoff
                 and not any(queue for queue in s.waitlists.queues.values()))
 
     def _park(self) -> bool:

@@ -23,15 +23,19 @@ def utcnow() -> datetime:
 
 
 def completion_rows(run_id: str, completion: Completion, cache_key: str | None,
-                    warning: str | None = None) -> tuple[NodeRow, list[ArtifactRow]]:
-    """The node row of a finished call (with the placer's warning, if any, before its logs), and its artifacts.
+                    warning: str | None = None, grant: Grant | None = None,
+                    note: str | None = None) -> tuple[NodeRow, list[ArtifactRow]]:
+    """The node row of a finished call (with the placer's warning and the driver's ``note`` — what became of
+    a failure: retried, or why not — before its logs), and its artifacts.
 
-    ``cache_key`` is recorded only for an ``ok`` call whose outputs are small enough to be a cache entry.
+    ``cache_key`` is recorded only for an ``ok`` call whose outputs are small enough to be a cache entry;
+    ``grant`` is what the call held (its ``granted`` resources).
     """
     ok = completion.ok
     logs = completion.logs
-    if warning:
-        logs = f"[fluksio] {warning}\n{logs or ''}"
+    for said in (note, warning):
+        if said:
+            logs = f"[fluksio] {said}\n{logs or ''}"
     started, finished = _parse(completion.started_at), _parse(completion.finished_at)
     element = -1 if completion.index is None else completion.index
     row = NodeRow(
@@ -40,6 +44,7 @@ def completion_rows(run_id: str, completion: Completion, cache_key: str | None,
         machine=completion.machine, gpus=list(completion.gpus), started_at=started, finished_at=finished,
         error=None if ok else completion.error, logs=logs, outputs=completion.outputs if ok else None,
         duration_ms=int((finished - started).total_seconds() * 1000) if started and finished else None,
+        granted=granted(grant),
     )
     if ok and cacheable(row.outputs):
         row.cache_key = cache_key
@@ -71,8 +76,13 @@ def bare_rows(run_id: str, units: Iterable[str], attempts: Mapping[str, int], st
         rows.append(NodeRow(run_id=run_id, node=node, element=-1 if index is None else index,
                             attempt=attempts.get(unit, 1), status=status.value,
                             machine=grant.machine if grant else None, gpus=list(grant.gpus) if grant else [],
-                            finished_at=now, error=error))
+                            finished_at=now, error=error, granted=granted(grant)))
     return rows
+
+
+def granted(grant: Grant | None) -> dict[str, int] | None:
+    """A grant's resources as a row keeps them (``RunNode.granted``): cpus, gpus and ram_mb."""
+    return None if grant is None else grant.resources.model_dump()
 
 
 @dataclass(frozen=True)

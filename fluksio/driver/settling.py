@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 
 from fluksio.driver.children import ChildRuns
+from fluksio.driver.retrying import Retry, plan_retry
 from fluksio.driver.rows import bare_rows, completion_rows, unreported
 from fluksio.driver.state import DriveState
 from fluksio.driver.verdict import End
@@ -18,6 +20,7 @@ from fluksio.driver.walk import split_unit
 from fluksio.messages import Completion
 from fluksio.schemas import Grant, NodeStatus
 from fluksio.settings import redact_url
+from fluksio.store import runs as run_rows
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +31,11 @@ class Settler:
     def __init__(self, state: DriveState) -> None:
         self.s = state
 
-    def completed(self, completion: Completion, dispatched: bool = True) -> None:
-        """Journal a call's end and move the walk on: its outputs, a retry, or its unit's failure."""
+    def completed(self, completion: Completion, dispatched: bool = True, grant: Grant | None = None) -> None:
+        """Journal a call's end and move the walk on: its outputs, a retry, or its unit's failure.
+
+        ``grant``: what a call that was not dispatched (or never reported) held.
+        """
         s = self.s
         sent = s.calls.pop(completion.call_id) if dispatched else None
         if dispatched and sent is None:
@@ -49,21 +55,40 @@ class Settler:
             log.error("run %s: the completion of %s says it is %s, but %s was sent; taking it as %s", s.run_id,
                       completion.call_id, completion.unit, unit, unit)
             completion = dataclasses.replace(completion, node=split_unit(unit)[0], index=split_unit(unit)[1])
+        retry, note = None, None
+        if not completion.ok and not s.cancelled:
+            tries = completion.attempt - s.first_attempt.get(unit, 1) + 1
+            retry, note = plan_retry(s.flow.nodes[completion.node], completion, tries, s.asks_for(unit))
         row, artifacts = completion_rows(s.run_id, completion, s.cache.key(unit) if completion.ok else None,
-                                         s.warnings.get(unit))
+                                         s.warnings.get(unit), grant=sent.grant if sent is not None else grant,
+                                         note=retry.note if retry is not None else note)
         s.journal.add(row, artifacts, {"node": unit, "status": row.status, "machine": row.machine,
                                        "attempt": row.attempt, "error": row.error})
         if completion.ok:
             s.walk.complete(unit, completion.outputs or {})
             s.journal_ended()
             return
-        tries = completion.attempt - s.first_attempt.get(unit, 1) + 1
-        if tries <= s.flow.nodes[completion.node].retries and not s.cancelled:
-            s.attempts[unit] = completion.attempt + 1
-            s.walk.retry(unit)
+        if retry is not None:
+            self._retry(unit, retry, completion.error)
             return
         s.walk.fail(unit, completion.error or "failed")
         s.journal_ended()
+
+    def _retry(self, unit: str, retry: Retry, error: str | None) -> None:
+        """Run the unit again: at once, or once its backoff is over (it waits in the drive, holding nothing)."""
+        s = self.s
+        s.attempts[unit] = retry.attempt
+        if retry.asks != s.flow.nodes[split_unit(unit)[0]].resources:
+            s.asks[unit] = retry.asks
+        if not retry.delay_s:
+            s.walk.retry(unit)
+            return
+        s.backoff[unit] = time.monotonic() + retry.delay_s
+        cause = (error or "failed").strip().splitlines()[0] if (error or "").strip() else "failed"
+        reason = f"{unit}: retrying in {retry.delay_s:.1f} s (attempt {retry.attempt}) after: {cause}"
+        s.rt.events.publish("node_queued", run_id=s.run_id, node=unit, reason=reason, priority=s.priority,
+                            pool=s.flow.nodes[split_unit(unit)[0]].pool, retry_in_s=round(retry.delay_s, 3))
+        run_rows.set_reason(s.rt.db, s.run_id, reason[0].upper() + reason[1:], s.epoch)
 
     def check_calls(self) -> None:
         """Settle, as errors, calls that will never report (see ``inflight``)."""
@@ -101,7 +126,7 @@ class Settler:
         s = self.s
         s.rt.placer.release(grant)
         self.completed(unreported(call_id, unit, s.attempts.get(unit, 1), s.epoch, grant, started=started,
-                                  error=error), dispatched=False)
+                                  error=error), dispatched=False, grant=grant)
 
     def cancel(self, children: ChildRuns) -> None:
         """Stop scheduling: pending units never start, calls in flight are killed, their machines freed, child
@@ -120,6 +145,11 @@ class Settler:
                 s.journal.add_all(bare_rows(s.run_id, [node], s.attempts, NodeStatus.CANCELLED,
                                             f"cancelled before {count} of its {s.walk.elements(node)} elements "
                                             "started"))
+        for unit in list(s.backoff):  # retries waiting out their backoff never start
+            s.walk.cancel(unit)
+            s.journal.add_all(bare_rows(s.run_id, [unit], s.attempts, NodeStatus.CANCELLED,
+                                        "cancelled while waiting to be retried"))
+        s.backoff.clear()
         for call_id, sent in s.calls.take_all():
             s.revoke(call_id)
             # The call is killed (or never starts: its grant is void once given back); its resources are free.

@@ -16,10 +16,11 @@ from fluksio.driver.journal import Journal
 from fluksio.driver.rows import ended_row
 from fluksio.driver.verdict import End
 from fluksio.driver.waitlists import WaitLists
-from fluksio.driver.walk import Walk
+from fluksio.driver.walk import Walk, split_unit
 from fluksio.flows.flow import Flow
 from fluksio.messages import NodeCall, call_id
 from fluksio.runs.runtime import Runtime
+from fluksio.schemas import Resources
 
 #: ``dispatch(call, queue, display_name)`` sends one node call to a worker queue.
 Dispatch = Callable[[NodeCall, str, str], None]
@@ -51,6 +52,10 @@ class DriveState:
     first_attempt: dict[str, int] = field(default_factory=dict)
     #: Unit → the warning its grant came with (it was clamped to fit).
     warnings: dict[str, str] = field(default_factory=dict)
+    #: Unit → what its next attempt asks for, when not what its node declares (more RAM after running out).
+    asks: dict[str, Resources] = field(default_factory=dict)
+    #: Unit → when (``time.monotonic()``) its retry may be placed: until then it waits here, holding nothing.
+    backoff: dict[str, float] = field(default_factory=dict)
     #: Child run id → the subflow call (unit) it is, for every child started and not yet heard the end of.
     children: dict[str, str] = field(default_factory=dict)
     #: Of the run: what its child runs inherit (seed, priority, engine), and when it was last resumed.
@@ -62,6 +67,10 @@ class DriveState:
     @property
     def cancelled(self) -> bool:
         return self.end is End.CANCELLED
+
+    def asks_for(self, unit: str) -> Resources:
+        """What the unit's next call asks the placer for."""
+        return self.asks.get(unit) or self.flow.nodes[split_unit(unit)[0]].resources
 
     def call_id(self, unit: str) -> str:
         return call_id(self.run_id, self.epoch, unit, self.attempts.get(unit, 1))

@@ -17,16 +17,17 @@ from fluksio.driver.walk import split_unit
 from fluksio.flows.node import NodeSpec
 from fluksio.schemas import DevicePolicy, Resources
 
-#: What makes two calls interchangeable to the placer.
-RequestKind = tuple[Resources, str | None, DevicePolicy]
+#: What makes two calls interchangeable to the placer: what they ask for, where, and from which pool.
+RequestKind = tuple[Resources, str | None, DevicePolicy, str | None]
 #: How long a run waits for machines before its ``status_reason`` says so, in seconds. In a busy installation
 #: most calls wait a moment for a slot: writing the reason and then its end costs two store writes per call
 #: (benchmarks/many_runs.py: a fifth of a driver's time), for a reason nobody has time to read.
 QUIET_S = 0.5
 
 
-def kind_of(spec: NodeSpec) -> RequestKind:
-    return (spec.resources, spec.device, spec.device_policy)
+def kind_of(spec: NodeSpec, asks: Resources | None = None) -> RequestKind:
+    """The kind of a call of ``spec`` that asks for ``asks`` (default: what the node declares)."""
+    return (asks or spec.resources, spec.device, spec.device_policy, spec.pool)
 
 
 class WaitLists:
@@ -100,6 +101,10 @@ class WaitLists:
         if total is None:
             return node
         return f"{node}: {self.waiting_of(kind, node)} of {total} elements"
+
+    def say_again(self) -> None:
+        """Make the next :meth:`status_reason` due, whatever it says (the run's reason was written elsewhere)."""
+        self._said, self._kinds = "\0", ()
 
     def clear(self) -> None:
         self.queues.clear()

@@ -8,7 +8,6 @@ node. Nothing it does reaches the worker or the store as an exception.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import traceback
 import uuid
@@ -16,22 +15,31 @@ from datetime import datetime, timezone
 from typing import Any, Literal
 
 from fluksio.artifacts.artifact import REF_KEY, Artifact, find_refs
+from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import ArtifactError, MessageRefused, NodeFailed
 from fluksio.execution import interrupt
 from fluksio.execution.capture import capture_output
+from fluksio.execution.emitter import Emitter
 from fluksio.execution.isolated import run_in_child
 from fluksio.execution.ran import Ran
-from fluksio.execution.values import decode, encode
+from fluksio.execution.secrets import carried, hidden, redact, secret_inputs
+from fluksio.execution.secrets import resolve as resolve_secret
+from fluksio.execution.values import encode, receive
 from fluksio.execution.warm import StartOnGpus
 from fluksio.flows.flow import Flow
-from fluksio.flows.node import NodeSpec
+from fluksio.flows.node import NodeSpec, error_types
+from fluksio.flows.secret import NAME as SECRET_NAME
 from fluksio.flows.source import short
 from fluksio.messages import Completion, MadeArtifact, NodeCall
-from fluksio.runs.metrics import MetricSink
 from fluksio.runs.runtime import Runtime
-from fluksio.store.metrics import delete_metrics
+from fluksio.store.runs import call_refusal
 
 log = logging.getLogger(__name__)
+
+#: What a row's error starts with when its call ran out of memory.
+OUT_OF_MEMORY = "out of memory: "
+#: The error types of a call that ran past its ``timeout_s`` (``retry_on=(TimeoutError,)`` retries it).
+TIMED_OUT = error_types(TimeoutError())
 
 
 def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_in_child) -> None:
@@ -49,6 +57,13 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
         log.error("%s", exc)
         return
     grant = call.grant
+    if runtime.settings.signing:
+        refusal = replay_refusal(runtime, call)
+        if refusal is not None:
+            # Signed by someone trusted, but not for now or not for here: a copy sent again. Its grant and its
+            # run belong to the call it copies (or to nobody): nothing is given back, nothing is reported.
+            log.error("refusing call %s: %s", call.call_id, refusal)
+            return
     started = datetime.now(timezone.utc).isoformat()
     # First make sure this delivery is the one that may run the call: a copy that may not (see
     # Books.start) must not give back a grant, nor report an error, for the copy that does.
@@ -68,10 +83,11 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
         if grant.gpus:
             ran = start_on_gpus(call, grant.gpus, node.timeout_s)
         else:
-            ran = run_node_here(runtime, node, call)
+            ran = run_node_here(runtime, node, call, secrets=secret_inputs(flow))
         _settle(runtime, call, started, status="ok", outputs=ran.outputs, artifacts=ran.artifacts, logs=ran.logs)
     except NodeFailed as exc:
-        _settle(runtime, call, started, status="error", error=str(exc), logs=exc.logs)
+        _settle(runtime, call, started, status="error", error=str(exc), logs=exc.logs, error_types=exc.error_types,
+                oom=exc.oom)
     except interrupt.CallCancelled:
         _settle(runtime, call, started, status="error", error="cancelled while running")
     except ArtifactError as exc:  # the store failed or timed out: this node's error (retried per its retries)
@@ -80,6 +96,20 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
         log.exception("node call %s failed inside fluksio", call.call_id)
         _settle(runtime, call, started, status="error",
                 error=f"fluksio failed to run the node: {type(exc).__name__}: {exc}")
+
+
+def replay_refusal(runtime: Runtime, call: NodeCall) -> str | None:
+    """Why a signed call must not run here now, or ``None``: it was granted to this machine, its run is
+    running in the drive that sent it, and its attempt has not ended.
+
+    Celery checked the signature; this checks what a signature cannot: that the message is not an old one
+    sent again (whoever can write to the broker can read its messages, and forge a grant in the placer's
+    books to match). The run store is the truth, and the broker cannot write to it.
+    """
+    if call.grant.machine != runtime.machine:
+        return f"it was granted to machine {call.grant.machine}, and this is {runtime.machine}"
+    return call_refusal(runtime.db, call.run_id, call.epoch, call.node, -1 if call.index is None else call.index,
+                        call.attempt)
 
 
 def _flow_for(runtime: Runtime, call: NodeCall) -> tuple[Flow | None, str]:
@@ -112,14 +142,26 @@ def other_code(machine: str, flow: str, here: str, claimed: str) -> str:
 
 def _settle(runtime: Runtime, call: NodeCall, started: str, *, status: Literal["ok", "error"],
             outputs: dict[str, Any] | None = None, artifacts: tuple[MadeArtifact, ...] = (), logs: str | None = None,
-            error: str | None = None) -> None:
+            error: str | None = None, error_types: tuple[str, ...] = (), oom: bool = False) -> None:
     """Give the call's resources back, then tell its driver how it ended (the one place a completion is made)."""
+    settle(runtime, call, started=started, status=status, outputs=outputs, artifacts=artifacts, logs=logs,
+           error=error, error_types=error_types, oom=oom)
+
+
+def settle(runtime: Runtime, call: NodeCall, *, started: str | None, status: Literal["ok", "error"],
+           outputs: dict[str, Any] | None = None, artifacts: tuple[MadeArtifact, ...] = (), logs: str | None = None,
+           error: str | None = None, error_types: tuple[str, ...] = (), oom: bool = False) -> None:
+    """Give the call's resources (and pool slot) back, then push its completion onto its driver's inbox.
+
+    Also for a call whose process died under it (``execution.lost``): the one place a completion is made.
+    """
     grant = call.grant
     completion = Completion(
         call_id=call.call_id, node=call.node, index=call.index, attempt=call.attempt, status=status,
         machine=grant.machine,
         gpus=tuple(grant.gpus), started_at=started, finished_at=datetime.now(timezone.utc).isoformat(),
         epoch=call.epoch, outputs=outputs, artifacts=artifacts, logs=_storable(logs), error=_storable(error),
+        error_types=error_types, oom=oom,
     )
     try:
         # Give the resources back before telling the driver, so its next claim can use them.
@@ -133,68 +175,52 @@ def _storable(text: str | None) -> str | None:
     return text.replace("\x00", "\\0") if text is not None else None
 
 
-def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout: bool = True) -> Ran:
-    """Run the node in this process; returns its encoded outputs, the artifacts it made, and its logs."""
+def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout: bool = True,
+                  secrets: frozenset[str] = frozenset()) -> Ran:
+    """Run the node in this process; returns its encoded outputs, the artifacts it made, and its logs.
+
+    ``secrets``: the messages that are the flow's ``Secret`` inputs (their value in the call is a name, which
+    is resolved here; what the node logs and returns is kept free of the values: fluksio/execution/secrets.py).
+    """
     store = runtime.artifacts
     # By name: a message that was skipped upstream is left out, and its parameter takes its default.
-    kwargs = {param: decode(call.inputs[m], store) for param, m in zip(node.params or node.requires, node.requires)
-              if m in call.inputs}
-    sink = MetricSink(runtime.db, call.run_id)
-    # An element's numbers are series of their own: `loss[3]` for element 3, so k folds give k curves.
-    series = {name: name if call.index is None else f"{name}[{call.index}]" for name in node.streams}
-    if node.streams:
-        # A retried or resumed call counts its steps from 0 again: what an earlier attempt wrote goes.
-        delete_metrics(runtime.db, call.run_id, list(series.values()))
-    streamed: dict[str, Any] = {}
+    kwargs = {param: receive(node, param, m, call.inputs[m], store)
+              for param, m in zip(node.params or node.requires, node.requires) if m in call.inputs and m not in secrets}
+    held = _secret_arguments(runtime, node, call, secrets)
+    kwargs.update(held)
+    with hidden(s.value for s in held.values()) as values:
+        return _run(runtime, node, call, kwargs, use_timeout, values)
 
-    def emit(name: str, value: Any) -> None:
-        if name not in node.streams:
-            declared = ", ".join(node.streams) or "nothing"
-            raise NodeFailed(f"node {node.name!r} emitted {name!r}, but it streams only: {declared}")
-        sink.record(series[name], value)
-        if not (isinstance(value, float) and not math.isfinite(value)):
-            # The message's value is the last emission JSON can carry; NaN and infinities are dropped.
-            streamed[name] = value
 
+def _secret_arguments(runtime: Runtime, node: NodeSpec, call: NodeCall, secrets: frozenset[str]) -> dict[str, Any]:
+    """The node's ``Secret`` arguments, by parameter, resolved on this worker (:class:`NodeFailed` if it lacks one)."""
+    found: dict[str, Any] = {}
+    for param, message in zip(node.params or node.requires, node.requires):
+        if message in secrets and message in call.inputs:
+            name = call.inputs[message]
+            if not isinstance(name, str) or not SECRET_NAME.match(name):
+                raise NodeFailed(f"input {message!r} of node {node.name!r} is a Secret, and the call names none")
+            found[param] = resolve_secret(name, runtime.settings, runtime.machine, node.name)
+    return found
+
+
+def _run(runtime: Runtime, node: NodeSpec, call: NodeCall, kwargs: dict[str, Any], use_timeout: bool,
+         secrets: frozenset[str]) -> Ran:
+    emitter = Emitter(runtime.db, node, call)
     if node.takes_emit:
-        kwargs["emit"] = emit
-    limit = runtime.settings.log_limit_chars
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        with capture_output(limit) as captured:
-            interrupt.running(call.call_id)
-            try:
-                outcome["value"] = node.fn(**kwargs)
-            except BaseException as exc:  # noqa: BLE001 - the node's failure is data, reported below
-                outcome["error"] = exc
-                captured.write(traceback.format_exc())
-            finally:
-                interrupt.finished(call.call_id)
-                outcome["logs"] = captured.text
-
-    if node.timeout_s is None or not use_timeout:
-        target()
-    else:
-        # A thread cannot be killed; the call is reported as timed out and its grant is returned
-        # while the abandoned thread finishes on its own.
-        runner = threading.Thread(target=target, name=f"fluksio-node-{node.name}", daemon=True)
-        runner.start()
-        runner.join(node.timeout_s)
-        if runner.is_alive():
-            interrupt.interrupt(call.call_id)  # stop it at its next Python instruction
-            raise NodeFailed(f"node {node.name!r} timed out after {node.timeout_s:g} s", logs=outcome.get("logs"))
+        kwargs["emit"] = emitter.emit
+    outcome = _call(node, call, kwargs, runtime.settings.log_limit_chars, secrets, use_timeout)
     logs = outcome.get("logs", "")
     try:
-        sink.flush()
+        emitter.flush()
         if "error" in outcome:
-            raise NodeFailed(_describe(outcome["error"]))
-        outputs = _shape_outputs(node, outcome.get("value"))
-        made: list[Artifact] = []
-        encoded = {m: encode(v, store, made, f"message {m!r} of node {node.name!r}") for m, v in outputs.items()}
-        for message in node.streams:
-            encoded[message] = encode(streamed.get(message), store, made,
-                                      f"streamed message {message!r} of node {node.name!r}")
+            failure = failure_of(outcome["error"])
+            raise NodeFailed(redact(str(failure), secrets) or "failed", error_types=failure.error_types,
+                             oom=failure.oom)
+        encoded = _encode(node, outcome.get("value"), emitter.streamed, runtime.artifacts)
+        if secrets and carried(encoded, secrets):
+            raise NodeFailed(f"node {node.name!r} put the value of a secret into its outputs, which would store it in "
+                             "the run's rows: a secret's value stays inside the node that received it")
     except NodeFailed as failure:
         failure.logs = logs
         raise
@@ -209,6 +235,49 @@ def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout:
         for m, value in encoded.items() for body in (ref[REF_KEY] for ref in find_refs(value))
     )
     return Ran(encoded, artifacts, logs)
+
+
+def _call(node: NodeSpec, call: NodeCall, kwargs: dict[str, Any], limit: int, secrets: frozenset[str],
+          use_timeout: bool) -> dict[str, Any]:
+    """Call the node's function, capturing what it prints: ``{"value": …}`` or ``{"error": exc}``, and ``"logs"``."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        with capture_output(limit, hide=secrets) as captured:
+            interrupt.running(call.call_id)
+            try:
+                outcome["value"] = node.fn(**kwargs)
+            except BaseException as exc:  # noqa: BLE001 - the node's failure is data, reported below
+                outcome["error"] = exc
+                captured.write(traceback.format_exc())
+            finally:
+                interrupt.finished(call.call_id)
+                outcome["logs"] = captured.text
+
+    if node.timeout_s is None or not use_timeout:
+        target()
+        return outcome
+    # A thread cannot be killed; the call is reported as timed out and its grant is returned while the
+    # abandoned thread finishes on its own.
+    runner = threading.Thread(target=target, name=f"fluksio-node-{node.name}", daemon=True)
+    runner.start()
+    runner.join(node.timeout_s)
+    if runner.is_alive():
+        interrupt.interrupt(call.call_id)  # stop it at its next Python instruction
+        raise NodeFailed(f"node {node.name!r} timed out after {node.timeout_s:g} s", logs=outcome.get("logs"),
+                         error_types=TIMED_OUT)
+    return outcome
+
+
+def _encode(node: NodeSpec, value: Any, streamed: dict[str, Any], store: ArtifactStore) -> dict[str, Any]:
+    """The node's outputs (and the last value of each streamed message) as JSON, codec values stored."""
+    made: list[Artifact] = []
+    encoded = {m: encode(v, store, made, f"message {m!r} of node {node.name!r}", m)
+               for m, v in _shape_outputs(node, value).items()}
+    for message in node.streams:
+        encoded[message] = encode(streamed.get(message), store, made,
+                                  f"streamed message {message!r} of node {node.name!r}", message)
+    return encoded
 
 
 def _shape_outputs(node: NodeSpec, value: Any) -> dict[str, Any]:
@@ -231,6 +300,13 @@ def _shape_outputs(node: NodeSpec, value: Any) -> dict[str, Any]:
             problems.append(f"undeclared {', '.join(map(repr, extra))}")
         raise NodeFailed(f"node {node.name!r} returned a dict with {' and '.join(problems)}")
     return dict(value)
+
+
+def failure_of(exc: BaseException) -> NodeFailed:
+    """The node raised ``exc``: its failure, with the exception's class names, and whether memory ran out."""
+    oom = isinstance(exc, MemoryError)
+    return NodeFailed(f"{OUT_OF_MEMORY}{_describe(exc)}" if oom else _describe(exc), error_types=error_types(exc),
+                      oom=oom)
 
 
 def _describe(exc: BaseException) -> str:

@@ -6,7 +6,7 @@ import io
 import logging
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
@@ -59,8 +59,11 @@ def _install() -> None:
 
 
 class Captured:
-    def __init__(self, limit: int) -> None:
+    """What one call printed and logged; ``hide``: strings shown as ``***`` in :attr:`text` (its secrets)."""
+
+    def __init__(self, limit: int, hide: Collection[str] = ()) -> None:
         self.limit = limit
+        self.hide = sorted((value for value in hide if value), key=len, reverse=True)
         self.buffer = io.StringIO()
 
     def write(self, text: str) -> None:
@@ -69,6 +72,8 @@ class Captured:
     @property
     def text(self) -> str:
         value = self.buffer.getvalue()
+        for secret in self.hide:  # before the cut: a value cut in half would otherwise show its end
+            value = value.replace(secret, "***")
         if len(value) > self.limit:
             cut = len(value) - self.limit
             return f"[… {cut} earlier characters cut]\n" + value[-self.limit:]
@@ -76,10 +81,11 @@ class Captured:
 
 
 @contextmanager
-def capture_output(limit: int) -> Iterator[Captured]:
-    """Capture what this thread prints or logs, keeping the last ``limit`` characters."""
+def capture_output(limit: int, hide: Collection[str] = ()) -> Iterator[Captured]:
+    """Capture what this thread prints or logs, keeping the last ``limit`` characters, with each of ``hide``
+    replaced by ``***``."""
     _install()
-    captured = Captured(limit)
+    captured = Captured(limit, hide)
     previous = getattr(_local, "buffer", None)
     _local.buffer = captured.buffer
     try:

@@ -23,6 +23,7 @@ from typing import Literal
 
 from fluksio.errors import NodeFailed
 from fluksio.execution.ran import Ran
+from fluksio.flows.node import error_types
 from fluksio.messages import Completion, NodeCall
 from fluksio.runs.runtime import Runtime
 
@@ -49,13 +50,20 @@ def run_in_child(call: NodeCall, gpus: tuple[int, ...], timeout_s: float | None)
         )
     except subprocess.TimeoutExpired as exc:
         raise NodeFailed(f"node {call.node!r} timed out after {timeout_s:g} s",
-                         logs=_text(exc.stdout) + _text(exc.stderr)) from None
+                         logs=_text(exc.stdout) + _text(exc.stderr),
+                         error_types=error_types(TimeoutError())) from None
     lines = done.stdout.splitlines()
     report = next((line for line in reversed(lines) if line.startswith(RESULT_MARKER)), None)
     noise = "\n".join(line for line in lines if not line.startswith(RESULT_MARKER))
     if report is None:
+        logs = (noise + "\n" + done.stderr).strip()
+        if done.returncode == -signal.SIGKILL:
+            # Nothing in fluksio kills it so (a cancel kills its parent, and the parent's end this child):
+            # the kernel's OOM killer does, or a person with kill -9.
+            raise NodeFailed(f"out of memory: the process running node {call.node!r} was killed by SIGKILL (the "
+                             "kernel's OOM killer, or kill -9)", logs=logs, oom=True)
         raise NodeFailed(f"the process running node {call.node!r} exited with code {done.returncode} before "
-                         "reporting", logs=(noise + "\n" + done.stderr).strip())
+                         "reporting", logs=logs)
     # The child reports as a completion would (the same fields, checked the same way).
     return reported(Completion.from_wire(json.loads(report[len(RESULT_MARKER):])), noise, done.stderr)
 
@@ -65,7 +73,7 @@ def reported(result: Completion, *noise: str) -> Ran:
     child wrote to its stdout and stderr (a C library's prints, a crash's traceback), added to its logs."""
     logs = "\n".join(part for part in (result.logs or "", *noise) if part)
     if not result.ok:
-        raise NodeFailed(result.error or "failed", logs=logs)
+        raise NodeFailed(result.error or "failed", logs=logs, error_types=result.error_types, oom=result.oom)
     return Ran(result.outputs or {}, result.artifacts, logs)
 
 
@@ -80,13 +88,15 @@ def run_reported(runtime: Runtime, call: NodeCall) -> Completion:
     (or its fork server did) after its worker did, and they changed in between.
     """
     from fluksio.execution.call import run_node_here
+    from fluksio.execution.secrets import secret_inputs
     from fluksio.flows.source import short
 
     def report(status: Literal["ok", "error"], ran: Ran | None = None, error: str | None = None,
-               logs: str | None = None) -> Completion:
+               logs: str | None = None, failed: NodeFailed | None = None) -> Completion:
         return Completion(call_id=call.call_id, node=call.node, index=call.index, attempt=call.attempt, status=status,
                           outputs=ran.outputs if ran else None, artifacts=ran.artifacts if ran else (),
-                          logs=ran.logs if ran else logs, error=error)
+                          logs=ran.logs if ran else logs, error=error,
+                          error_types=failed.error_types if failed else (), oom=failed.oom if failed else False)
 
     try:
         flow = runtime.registry.get(call.flow)
@@ -99,9 +109,10 @@ def run_reported(runtime: Runtime, call: NodeCall) -> Completion:
                              f"({short(here)} on disk there now, {short(claimed)} in the run's driver): its "
                              f"files changed since `fluksio worker` started on {machine}; restart it (or the "
                              "drivers) so that both load the same code")
-        return report("ok", run_node_here(runtime, flow.nodes[call.node], call, use_timeout=False))
+        return report("ok", run_node_here(runtime, flow.nodes[call.node], call, use_timeout=False,
+                                          secrets=secret_inputs(flow)))
     except NodeFailed as exc:
-        return report("error", error=str(exc), logs=exc.logs)
+        return report("error", error=str(exc), logs=exc.logs, failed=exc)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the node with it
         return report("error", error=f"{type(exc).__name__}: {exc}")
 

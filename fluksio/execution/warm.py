@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import selectors
+import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from fluksio.errors import NodeFailed
 from fluksio.execution.forkserver import LENGTH
 from fluksio.execution.isolated import die_with_parent, reported, run_in_child
 from fluksio.execution.ran import Ran
+from fluksio.flows.node import error_types
 from fluksio.messages import Completion, NodeCall
 
 #: Runs a call on its GPUs: ``(call, gpu ids, timeout in seconds or None)`` → what it made.
@@ -203,10 +205,16 @@ class Heard:
         if self.completion is not None:
             return reported(self.completion, self.text())
         if self.timed_out:
-            raise NodeFailed(f"node {call.node!r} timed out after {timeout_s:g} s", logs=self.text())
+            raise NodeFailed(f"node {call.node!r} timed out after {timeout_s:g} s", logs=self.text(),
+                             error_types=error_types(TimeoutError()))
         if self.exit is None:
             raise NodeFailed(f"the fork server of machine {call.grant.machine} went away while node {call.node!r} "
                              "ran on its GPUs", logs=self.text())
+        if self.exit == -signal.SIGKILL:
+            # As for a fresh interpreter (isolated.run_in_child): the server kills a child only when asked to, and
+            # then the call has timed out or its pool process is gone; otherwise the OOM killer did, or kill -9.
+            raise NodeFailed(f"out of memory: the process running node {call.node!r} was killed by SIGKILL (the "
+                             "kernel's OOM killer, or kill -9)", logs=self.text(), oom=True)
         raise NodeFailed(f"the process running node {call.node!r} exited with code {self.exit} before reporting",
                          logs=self.text())
 

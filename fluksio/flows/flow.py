@@ -14,7 +14,15 @@ from pydantic import TypeAdapter
 
 from fluksio.constants import MAX_NAME_LENGTH
 from fluksio.errors import FlowError
-from fluksio.flows.node import NodeSpec, check_identifier, make_node, refuse_unknown_options
+from fluksio.flows.annotations import adapter_for
+from fluksio.flows.node import (
+    NodeSpec,
+    RetryOptions,
+    check_identifier,
+    make_node,
+    refuse_unknown_options,
+    with_input_types,
+)
 from fluksio.flows.source import snapshot
 from fluksio.flows.subflow import containing_cycle, make_subflow
 from fluksio.flows.subflow import resolve as resolve_subflow
@@ -43,7 +51,8 @@ class InputSpec:
         return getattr(self.type, "__name__", None) or str(self.type)
 
     def adapter(self) -> TypeAdapter[Any]:
-        return TypeAdapter(self.type)
+        """The input's validator (made once per type); a class pydantic knows nothing of is an isinstance check."""
+        return adapter_for(self.type, f"input {self.name!r}")
 
 
 class Flow:
@@ -110,6 +119,11 @@ class Flow:
         max_parallel: int | None = None,
         when: str | None = None,
         unless: str | None = None,
+        pool: str | None = None,
+        retry_backoff_s: float = 0.0,
+        retry_backoff_max_s: float = 300.0,
+        retry_on: Any = None,
+        escalate_ram: float | None = None,
         **unknown: Any,
     ) -> Any:
         """Declare a node: ``@flow.node`` or ``@flow.node(provides="x", ...)``. Returns the function unchanged.
@@ -118,15 +132,27 @@ class Flow:
         lists, in element order); ``when="better"`` runs it only when ``better`` is truthy (``unless``:
         falsy), else it is skipped, and so are the nodes that need what it provides (but for parameters
         with a default, which get their default).
+
+        ``pool="licenses"`` holds one slot of that pool (the ``pools`` setting) while each call runs.
+        ``retries=3`` runs a failed call again up to 3 times; retry k waits ``retry_backoff_s · 2^(k-1)``
+        seconds (±25 %, at most ``retry_backoff_max_s``), holding no machine meanwhile; ``retry_on`` (exception
+        classes or names) retries only those failures; ``escalate_ram=2.0`` asks each retry after running out
+        of memory for twice the RAM (up to the largest machine).
         """
         refuse_unknown_options(f"@{self.name}.node", unknown)
+        # The names where the node is declared: its annotations may use a class defined in the same function.
+        scope = sys._getframe(1).f_locals
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
             spec = make_node(
                 func, flow_name=self.name, name=name, provides=provides, requires=requires, streams=streams,
                 device=device, device_policy=device_policy, resources=resources, retries=retries,
                 timeout_s=timeout_s, cache=cache, mapped=map, max_parallel=max_parallel, when=when, unless=unless,
+                scope=scope,
+                pool=pool, retry=RetryOptions(retry_backoff_s, retry_backoff_max_s, retry_on, escalate_ram),
             )
+            spec = with_input_types(spec, {n: i.type for n, i in self.inputs.items()},
+                                    f"node {spec.name!r} of flow {self.name!r}")
             if spec.name in self.nodes:
                 raise FlowError(f"flow {self.name!r} already has a node named {spec.name!r}; pass name= to rename")
             self.nodes[spec.name] = spec

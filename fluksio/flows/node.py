@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import keyword
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from fluksio.constants import MAX_NAME_LENGTH
 from fluksio.errors import FlowError
+from fluksio.flows.annotations import adapter_for, parameter_types
 from fluksio.schemas import DevicePolicy, Resources
 
 #: The parameter through which a node emits streaming values; never a message.
@@ -59,12 +62,25 @@ class NodeSpec:
     unless: str | None = None
     #: Most elements of a mapped node that run at once (``None``: as many as the machines grant).
     max_parallel: int | None = None
+    #: Each annotated parameter's type (a mapped parameter's describes one element), read at declaration.
+    types: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: The validator of each annotated parameter.
+    adapters: Mapping[str, TypeAdapter[Any]] = field(default_factory=dict, compare=False, repr=False)
     #: A subflow node: the ``Flow`` each call is a child run of (``params`` then names the child's inputs).
     subflow: Any = field(default=None, repr=False, compare=False)
     #: Of a subflow node: ``(parent message, child output)`` for each message it provides.
     child_outputs: tuple[tuple[str, str], ...] = ()
     #: Of a subflow node: ``(child input, value)`` given as constants.
     constants: tuple[tuple[str, Any], ...] = ()
+    #: A pool (the ``pools`` setting) each call holds one slot of while it runs.
+    pool: str | None = None
+    #: Retry ``k`` waits ``retry_backoff_s · 2^(k-1)`` seconds (±25 %), at most ``retry_backoff_max_s``.
+    retry_backoff_s: float = 0.0
+    retry_backoff_max_s: float = 300.0
+    #: Names of the exception classes a failure is retried for (``None``: any); see ``exception_name``.
+    retry_on: tuple[str, ...] | None = None
+    #: An attempt that ran out of memory is retried asking for ``ram_mb × escalate_ram`` (``None``: the same).
+    escalate_ram: float | None = None
 
     @property
     def messages(self) -> tuple[str, ...]:
@@ -93,7 +109,31 @@ class NodeSpec:
 
 #: What ``@flow.node(...)`` accepts, for the message that names a misspelt option.
 NODE_OPTIONS = ("name", "provides", "requires", "streams", "device", "device_policy", "resources", "retries",
-                "timeout_s", "cache", "map", "max_parallel", "when", "unless")
+                "timeout_s", "cache", "map", "max_parallel", "when", "unless", "pool", "retry_backoff_s",
+                "retry_backoff_max_s", "retry_on", "escalate_ram")
+
+
+def exception_name(error: type[BaseException]) -> str:
+    """How a ``retry_on`` class is matched across processes: by its qualified name within its module
+    (``TimeoutError``, ``Client.Refused``), which a failure's ``error_types`` end with."""
+    return error.__qualname__
+
+
+def error_types(error: BaseException) -> tuple[str, ...]:
+    """The names of an exception's class and its bases, most specific first: ``TimeoutError`` for builtins,
+    ``module.Qualname`` for the rest (``object`` left out). What a failed call reports, for ``retry_on``."""
+    return tuple(cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+                 for cls in type(error).__mro__ if cls is not object)
+
+
+@dataclass(frozen=True)
+class RetryOptions:
+    """A node's options that shape its retries, as given to ``@flow.node`` (:func:`retry_options` checks them)."""
+
+    retry_backoff_s: float = 0.0
+    retry_backoff_max_s: float = 300.0
+    retry_on: Any = None
+    escalate_ram: float | None = None
 
 
 def refuse_unknown_options(where: str, unknown: Mapping[str, Any], known: Sequence[str] = NODE_OPTIONS) -> None:
@@ -102,8 +142,9 @@ def refuse_unknown_options(where: str, unknown: Mapping[str, Any], known: Sequen
         return
     parts = []
     for option in sorted(unknown):
-        close = difflib.get_close_matches(option, known, n=1)
-        parts.append(f"{option!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        # Two guesses: 'retry' is as likely retries as retry_on.
+        close = difflib.get_close_matches(option, known, n=2)
+        parts.append(f"{option!r}" + (f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""))
     raise FlowError(f"{where} got unknown option(s) {', '.join(parts)}; the options are: {', '.join(known)}")
 
 
@@ -125,18 +166,42 @@ def make_node(
     max_parallel: int | None = None,
     when: str | None = None,
     unless: str | None = None,
+    scope: Mapping[str, Any] | None = None,
+    pool: str | None = None,
+    retry: RetryOptions | None = None,
 ) -> NodeSpec:
+    """The node ``fn`` declares; ``scope``: the names visible where it was declared (for its annotations)."""
     if not callable(fn):
         raise FlowError(f"@{flow_name}.node must decorate a function, got {type(fn).__name__}")
     node_name = check_identifier("node name", name or getattr(fn, "__name__", None), f"flow {flow_name!r}")
     where = f"node {node_name!r} of flow {flow_name!r}"
+    provided, stream_names = _ports(provides, streams, where)
+    binding = _binding(fn, requires, mapped, where)
+    if stream_names and not binding.takes_emit:
+        raise FlowError(f"{where} streams {', '.join(stream_names)} but its function has no "
+                        f"'{EMIT_PARAMETER}' parameter")
+    conditions = {kind: check_identifier(f"{kind} message", value, where)
+                  for kind, value in (("when", when), ("unless", unless)) if value is not None}
+    policy, res = _placement(device, device_policy, resources, where)
+    _check_limits(where, max_parallel=max_parallel, mapped=bool(binding.mapping), retries=retries,
+                  timeout_s=timeout_s, pool=pool)
+    types = parameter_types(fn, binding.params, where, scope)
+    adapters = {param: adapter_for(annotation, f"{where}, parameter {param!r}") for param, annotation in types.items()}
+    return NodeSpec(
+        name=node_name, fn=fn, requires=binding.requires, provides=provided, streams=stream_names, device=device,
+        device_policy=policy, resources=res, retries=retries, timeout_s=float(timeout_s) if timeout_s else None,
+        cache=bool(cache), takes_emit=binding.takes_emit, params=binding.params, optional=binding.optional,
+        map=tuple(binding.mapping.items()), when=conditions.get("when"), unless=conditions.get("unless"),
+        max_parallel=max_parallel, types=types, adapters=adapters, pool=pool,
+        **retry_options(retry or RetryOptions(), retries, res, where),
+    )
 
-    if provides is None:
-        provided: tuple[str, ...] = ()
-    elif isinstance(provides, str):
-        provided = (provides,)
-    else:
-        provided = tuple(provides)
+
+def _ports(provides: str | Sequence[str] | None, streams: Sequence[str], where: str
+           ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The messages the node provides and those it streams, each a valid name, none declared twice."""
+    provided: tuple[str, ...] = (() if provides is None else (provides,) if isinstance(provides, str)
+                                 else tuple(provides))
     for message in provided:
         check_identifier("provided message", message, where)
     stream_names = tuple([streams] if isinstance(streams, str) else streams)
@@ -145,9 +210,24 @@ def make_node(
     repeated = sorted({m for m in provided + stream_names if (provided + stream_names).count(m) > 1})
     if repeated:
         raise FlowError(f"{where} declares {', '.join(map(repr, repeated))} more than once")
+    return provided, stream_names
 
+
+@dataclass(frozen=True)
+class _Binding:
+    """How the function's parameters are bound to messages (see :class:`NodeSpec`)."""
+
+    params: tuple[str, ...]
+    requires: tuple[str, ...]
+    optional: frozenset[str]
+    mapping: dict[str, str]
+    takes_emit: bool
+
+
+def _binding(fn: Callable[..., Any], requires: Sequence[str] | None, mapped: Mapping[str, str] | None,
+             where: str) -> _Binding:
+    """The parameters bound to messages: by name, or to ``requires`` in order; ``map`` puts a list's element in."""
     parameters, optional = _parameters(fn, where)
-    takes_emit = EMIT_PARAMETER in parameters
     positional = [p for p in parameters if p != EMIT_PARAMETER]
     mandatory = [p for p in positional if p not in optional]
     if requires is None:
@@ -170,18 +250,13 @@ def make_node(
         raise FlowError(f"{where} maps over {mapped_too[0]!r} and also takes it whole under the same name; a "
                         "message is either mapped over or passed whole: rename the parameter that takes it whole, "
                         "or drop it from map=")
-    conditions = [(kind, check_identifier(f"{kind} message", value, where))
-                  for kind, value in (("when", when), ("unless", unless)) if value is not None]
-    if max_parallel is not None:
-        if not mapping:
-            raise FlowError(f"{where}: max_parallel caps how many elements of a mapped node run at once; the node "
-                            "has no map=")
-        if not isinstance(max_parallel, int) or isinstance(max_parallel, bool) or max_parallel < 1:
-            raise FlowError(f"{where}: max_parallel must be a whole number ≥ 1, got {max_parallel!r}")
-    if stream_names and not takes_emit:
-        raise FlowError(f"{where} streams {', '.join(stream_names)} but its function has no "
-                        f"'{EMIT_PARAMETER}' parameter")
+    defaulted = frozenset(m for p, m in zip(bound, required) if p in optional and p not in mapping)
+    return _Binding(bound, required, defaulted, mapping, EMIT_PARAMETER in parameters)
 
+
+def _placement(device: str | None, device_policy: str | DevicePolicy, resources: Resources | dict[str, Any] | None,
+               where: str) -> tuple[DevicePolicy, Resources]:
+    """The device policy and resources, checked (a call needs at least one cpu: its worker's slot)."""
     try:
         policy = DevicePolicy(device_policy)
     except ValueError:
@@ -195,20 +270,100 @@ def make_node(
     if res.cpus < 1:
         # Every call occupies one slot of its worker's pool, and slots are counted in cpus.
         raise FlowError(f"{where}: resources must ask for at least 1 cpu, got {res.cpus}")
+    return policy, res
+
+
+def _check_limits(where: str, *, max_parallel: int | None, mapped: bool, retries: int, timeout_s: float | None,
+                  pool: str | None) -> None:
+    if max_parallel is not None:
+        if not mapped:
+            raise FlowError(f"{where}: max_parallel caps how many elements of a mapped node run at once; the node "
+                            "has no map=")
+        if not isinstance(max_parallel, int) or isinstance(max_parallel, bool) or max_parallel < 1:
+            raise FlowError(f"{where}: max_parallel must be a whole number ≥ 1, got {max_parallel!r}")
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise FlowError(f"{where}: retries must be a whole number ≥ 0, got {retries!r}")
+    if pool is not None:
+        check_identifier("pool", pool, where)
     if timeout_s is not None and (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
                                   or timeout_s <= 0):
         raise FlowError(f"{where}: timeout_s must be a positive number of seconds, got {timeout_s!r}")
 
-    return NodeSpec(
-        name=node_name, fn=fn, requires=required, provides=provided, streams=stream_names, device=device,
-        device_policy=policy, resources=res, retries=retries, timeout_s=float(timeout_s) if timeout_s else None,
-        cache=bool(cache), takes_emit=takes_emit, params=bound,
-        optional=frozenset(m for p, m in zip(bound, required) if p in optional and p not in mapping),
-        map=tuple((param, mapping[param]) for param in mapping), when=dict(conditions).get("when"),
-        unless=dict(conditions).get("unless"), max_parallel=max_parallel,
-    )
+
+def with_input_types(spec: NodeSpec, input_types: Mapping[str, Any], where: str) -> NodeSpec:
+    """``spec`` whose unannotated parameters bound to a flow input receive it as the input's declared type
+    (a mapped one: the type of the declared list's elements). The flow's declaration is the annotation."""
+    types, adapters = dict(spec.types), dict(spec.adapters)
+    mapped = dict(spec.map)
+    for param, message in zip(spec.params, spec.requires):
+        if param in types or message not in input_types:
+            continue
+        declared = input_types[message]
+        if param in mapped:  # the element of a list[X] (or tuple[X, ...]) input is an X
+            arguments = typing.get_args(declared)
+            if typing.get_origin(declared) not in (list, tuple) or not arguments:
+                continue
+            declared = arguments[0]
+        if declared in (Any, object):
+            continue
+        types[param] = declared
+        adapters[param] = adapter_for(declared, f"{where}, parameter {param!r}")
+    if len(types) == len(spec.types):
+        return spec
+    return dataclasses.replace(spec, types=types, adapters=adapters)
+
+
+def _seconds(value: Any, what: str, where: str, positive: bool = False) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or (positive and not value):
+        raise FlowError(f"{where}: {what} must be a {'positive' if positive else 'non-negative'} number of seconds, "
+                        f"got {value!r}")
+    return float(value)
+
+
+def retry_options(options: RetryOptions, retries: int, resources: Resources, where: str) -> dict[str, Any]:
+    """``retry_backoff_s``, ``retry_backoff_max_s``, ``retry_on`` and ``escalate_ram`` checked, as NodeSpec fields.
+
+    Each of them shapes retries, so each needs ``retries`` ≥ 1; ``retry_on`` takes exception classes or their
+    names (one, or a tuple); ``escalate_ram`` multiplies a ``ram_mb`` the node asks for, by more than 1.
+    """
+    given = [name for name, default in (("retry_backoff_s", 0.0), ("retry_on", None), ("escalate_ram", None))
+             if getattr(options, name) != default]
+    if given and not retries:
+        verb = "applies" if len(given) == 1 else "apply"
+        raise FlowError(f"{where}: {' and '.join(given)} {verb} to retries, but the node has retries=0; add retries=N")
+    backoff = _seconds(options.retry_backoff_s, "retry_backoff_s", where)
+    cap = _seconds(options.retry_backoff_max_s, "retry_backoff_max_s", where, positive=True)
+    if cap < backoff:
+        raise FlowError(f"{where}: retry_backoff_max_s ({cap:g}) is less than retry_backoff_s ({backoff:g}); the "
+                        "cap must be at least the first wait")
+    names: tuple[str, ...] | None = None
+    if options.retry_on is not None:
+        given_on = options.retry_on if isinstance(options.retry_on, (tuple, list, set, frozenset)) else (
+            options.retry_on,)
+        names = tuple(_exception(entry, where) for entry in given_on)
+        if not names:
+            raise FlowError(f"{where}: retry_on is empty, so no failure would be retried; name exception classes "
+                            "(retry_on=(TimeoutError, 'ConnectionError')) or leave it out to retry any failure")
+    escalate = options.escalate_ram
+    if escalate is not None:
+        if not isinstance(escalate, (int, float)) or isinstance(escalate, bool) or not escalate > 1:
+            raise FlowError(f"{where}: escalate_ram must be a number greater than 1 (2.0 doubles the RAM of each "
+                            f"retry after running out of memory), got {escalate!r}")
+        if not resources.ram_mb:
+            raise FlowError(f"{where}: escalate_ram multiplies the RAM the node asks for, and it asks for none; "
+                            "give resources=Resources(ram_mb=...)")
+        escalate = float(escalate)
+    return {"retry_backoff_s": backoff, "retry_backoff_max_s": cap, "retry_on": names, "escalate_ram": escalate}
+
+
+def _exception(entry: Any, where: str) -> str:
+    """A ``retry_on`` entry as the name failures are matched by."""
+    if isinstance(entry, type) and issubclass(entry, BaseException):
+        return exception_name(entry)
+    if isinstance(entry, str) and entry and all(part.isidentifier() for part in entry.split(".")):
+        return entry
+    raise FlowError(f"{where}: retry_on takes exception classes or their names (TimeoutError, 'ConnectionError', "
+                    f"'requests.exceptions.HTTPError'), got {entry!r}")
 
 
 def _mapping(mapped: Mapping[str, str] | None, params: tuple[str, ...], where: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fluksio.placement.turns import Ask, Refusal
 from fluksio.schemas import Grant, Inventory, Resources
 
 
@@ -90,14 +91,20 @@ class WaitingCall:
     extra: dict[str, Any] = field(default_factory=dict)
     #: When its driver last said it still waits (``keep_waiting``), in seconds since the epoch.
     seen_at: float = 0.0
+    #: Its run's priority, and the pool it asks for a slot of.
+    priority: int = 0
+    pool: str | None = None
+    #: Its place in the order of waiting calls (``turns.order_key``); every listed call has one.
+    order: str = ""
 
 
 class Books(ABC):
     """Where machines, their free resources and their grants live (this process, or Redis for all hosts).
 
-    Invariants every backend keeps: a machine is never granted more than it has; a grant holds its
-    resources until given back (or its machine leaves or restarts, which voids it); a take is atomic, so
-    two placers never both get the last cpu; giving back is idempotent.
+    Invariants every backend keeps: a machine is never granted more than it has, nor a pool more slots
+    than its limit; a grant holds its resources and its pool slot until given back (or its machine leaves
+    or restarts, which voids it); a take is atomic, so two placers never both get the last cpu; giving
+    back is idempotent; waiting calls are granted in their order (see ``turns``).
     """
 
     @abstractmethod
@@ -131,11 +138,29 @@ class Books(ABC):
         """
 
     @abstractmethod
+    def claim(self, ask: Ask, planned_on: Sequence[Inventory] | None, now: float,
+              stale_after_s: float | None = None) -> tuple[Grant, int] | Refusal:
+        """Take what the call asks for, in its turn (see ``turns``), atomically: ``(grant, group)`` — the index of
+        the group of ``ask.kind.groups`` it was granted in — or a :class:`Refusal`, the call then listed as
+        waiting (keeping its place, ``since`` and ``order``, if it was listed already; seen as of ``now``).
+
+        A granted call leaves the list. Calls ahead of it that nobody kept listed for ``stale_after_s``
+        (their driver died) are dropped rather than waited behind. A call that already holds its grant gets
+        that grant (a retried claim). Raises :class:`MachinesChanged`, taking nothing, as :meth:`take_best`.
+        Whoever was refused for a call ahead of it (``Why.BEHIND``) hears a change once that call is granted.
+        """
+
+    @abstractmethod
+    def pool_holders(self, pools: Sequence[str]) -> dict[str, list[str]]:
+        """For each pool named, the ids of the grants holding one of its slots now (a grant's id is its call's)."""
+
+    @abstractmethod
     def take_best(self, candidates: Sequence[str] | None, resources: Resources, grant_id: str,
                   clamped_from: Resources | None = None,
                   planned_on: Sequence[Inventory] | None = None) -> Grant | None:
         """Atomically hold ``resources`` on the preferred candidate that has them free now.
 
+        Without regard to who waits (:meth:`claim` minds the order): for the books' own tests and tools.
         ``candidates`` names the machines the call may go to (``None``: any live machine). Among those
         that are alive and have ``resources`` free, takes them on the first by :func:`preference`;
         ``None`` when none has. A ``grant_id`` that is already held returns that grant and charges
@@ -164,7 +189,7 @@ class Books(ABC):
 
     @abstractmethod
     def give(self, grant: Grant) -> bool:
-        """Return a grant's resources. Idempotent: a second give-back of the same grant does nothing."""
+        """Return a grant's resources (and its pool slot). Idempotent: a second give-back does nothing."""
 
     @abstractmethod
     def lost(self, grant: Grant) -> bool:
@@ -173,26 +198,25 @@ class Books(ABC):
     # -- who waits, and why (for `fluksio placer`) ------------------------------------------------
 
     @abstractmethod
-    def note_waiting(self, waiting: WaitingCall) -> None:
-        """List the call as waiting, for the reason given (keeping ``since`` if it was listed already)."""
-
-    @abstractmethod
     def keep_waiting(self, call_ids: Sequence[str], now: float) -> None:
         """The calls' driver is alive and they still wait: their entries are fresh as of ``now``."""
 
     @abstractmethod
-    def forget_waiting(self, call_id: str) -> None: ...
+    def forget_waiting(self, call_id: str) -> None:
+        """Take the call off the list (its run ended, or stopped scheduling); it loses its place."""
 
     @abstractmethod
     def waiting(self, stale_after_s: float | None = None) -> list[WaitingCall]:
-        """The calls listed as waiting. With ``stale_after_s``, entries nobody kept for that long (their
-        driver died without taking them off the list) are dropped, from the books too."""
+        """The calls listed as waiting, in the order they will be granted. With ``stale_after_s``, entries
+        nobody kept for that long (their driver died without taking them off the list) are dropped, from
+        the books too."""
 
     # -- change notifications ---------------------------------------------------------------------
 
     @abstractmethod
     def on_change(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (with no lock held) after every give-back and attach, from any process."""
+        """Call ``callback`` (with no lock held) after every give-back and attach, and after a call is granted in
+        its turn that others were refused for (``Why.BEHIND``), from any process."""
 
     def close(self) -> None:
         """Release connections and threads."""

@@ -16,6 +16,7 @@ class MachineBooks:
 
     def __init__(self, inventory: Inventory) -> None:
         self.inventory = inventory
+        self.name = inventory.name
         self.total = Resources(cpus=inventory.cpus, gpus=len(inventory.gpus), ram_mb=inventory.ram_mb)
         #: Carries labels besides its name (the placer keeps such machines for labelled work).
         self.labelled = bool(inventory.labels)
@@ -43,7 +44,8 @@ class MachineBooks:
             and request.ram_mb <= self.free_ram_mb
         )
 
-    def take(self, request: Resources, grant_id: str, clamped_from: Resources | None = None) -> Grant | None:
+    def take(self, request: Resources, grant_id: str, clamped_from: Resources | None = None,
+             pool: str | None = None) -> Grant | None:
         if grant_id in self.grants:
             return self.grants[grant_id]
         if not self.fits_now(request):
@@ -53,7 +55,7 @@ class MachineBooks:
         self.free_cpus -= request.cpus
         self.free_ram_mb -= request.ram_mb
         grant = Grant(id=grant_id, machine=self.inventory.name, cpus=request.cpus, gpus=gpus,
-                      ram_mb=request.ram_mb, clamped_from=clamped_from, incarnation=self.incarnation)
+                      ram_mb=request.ram_mb, clamped_from=clamped_from, incarnation=self.incarnation, pool=pool)
         self.grants[grant_id] = grant
         self._rerank()
         return grant

@@ -3,23 +3,29 @@
 ``try_claim`` never blocks: it grants now or says why the call waits. It plans
 from the machines' inventories (static facts, cached by the books) and leaves
 the choice among the machines that may take the call to the books, which pick
-and take in one atomic step — one round trip to Redis per claim. Whoever
-waits registers a listener, called (outside every lock) whenever resources are
-given back or a machine attaches — in any process, when the books are shared —
-so waiting wakes on events, not on a timer.
+and take in one atomic step — one round trip to Redis per claim — in the call's
+turn: waiting calls are granted highest priority first, then oldest, across the
+installation, and a call may take only what no call ahead of it could use
+(``turns``). A call may also hold one slot of a named pool while it runs.
+Whoever waits registers a listener, called (outside every lock) whenever
+resources are given back or a machine attaches — in any process, when the books
+are shared — so waiting wakes on events, not on a timer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fluksio.placement.backend import Books, MachinesChanged, WaitingCall
+from fluksio.errors import PlacementError
+from fluksio.placement.backend import Books, MachinesChanged
 from fluksio.placement.clamp import clamp
 from fluksio.placement.memory import MemoryBooks
+from fluksio.placement.turns import Ask, Kind, Refusal, Why
 from fluksio.schemas import DevicePolicy, Grant, Inventory, Resources
 
 #: Kinds of request (resources, device, policy) whose plans are kept; past this many they start afresh.
@@ -42,6 +48,10 @@ class Request:
     node: str | None = None
     #: Who waits, when it is more than one call (``12 of 40 elements``): said with the reason it waits.
     detail: str | None = None
+    #: Its run's priority: waiting calls are granted highest first, then oldest.
+    priority: int = 0
+    #: A pool the call holds one slot of while it runs (one of the placer's ``pools``).
+    pool: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,8 @@ class Waiting:
     no_machine: bool = False
     #: The request after clamping, as a provisioner would have to grant it (``None``: not clamped yet).
     wanted: Resources | None = None
+    #: What it waits for: machines (a provisioner may help), a pool's slot, or its turn.
+    why: Why = Why.MACHINES
 
 
 @dataclass(frozen=True)
@@ -70,28 +82,32 @@ class _Plan:
     clamped_from: Resources | None
     #: The answer when no group can take the call now.
     waiting: Waiting
+    #: What the books are asked for (set by ``Placer._plan_for``, once per plan).
+    kind: Kind | None = None
 
 
 class Placer:
     """Places node calls on machines. Thread-safe: several drivers in one process share one placer.
 
     It holds no resources itself (the books do); it keeps the plans it made per kind of request, for as
-    long as the machines stay the same, and who it listed as waiting. ``clock`` (seconds since the
-    epoch) stamps waiting calls; tests pass one they can move instead of sleeping.
+    long as the machines stay the same. ``pools`` names the installation's pools and their slots;
+    waiting calls nobody kept listed for ``stale_after_s`` (their driver died) are not waited behind.
+    ``clock`` (seconds since the epoch) stamps waiting calls; tests pass one they can move.
     """
 
     def __init__(self, books: Books | None = None,
                  provisioner_shapes: Sequence[tuple[Resources, tuple[str, ...]]] = (),
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, pools: Mapping[str, int] | None = None,
+                 stale_after_s: float | None = None) -> None:
         self._clock = clock
         self.books = books if books is not None else MemoryBooks(clock)
         #: Shapes a provisioner could start, with their labels: they count when clamping.
         self.provisioner_shapes = list(provisioner_shapes)
+        #: Pool name → its slots, installation-wide.
+        self.pools: dict[str, int] = dict(pools or {})
+        self.stale_after_s = stale_after_s
         self._listeners: list[Callable[[], None]] = []
-        #: Calls this placer listed as waiting → the reason it wrote, so that a granted call that never
-        #: waited costs no write and a call that waits again for the same reason costs none either.
-        self._noted: dict[str, str] = {}
-        self._lock = threading.Lock()  # guards _listeners and _noted; never held while calling out
+        self._lock = threading.Lock()  # guards _listeners; never held while calling out
         self._subscribed = False
         #: Plans by kind of request, valid for one inventories object (replaced whole when it changes).
         self._plans: tuple[Sequence[Inventory] | None, dict[tuple[Any, ...], _Plan]] = (None, {})
@@ -116,38 +132,29 @@ class Placer:
     # -- claims ---------------------------------------------------------------------------------
 
     def try_claim(self, request: Request) -> Grant | Waiting:
-        outcome: Grant | Waiting | None = None
+        """Grant the call now, in its turn, or say why it waits (it is then listed as waiting, keeping its
+        place in the order until it is granted or :meth:`forget` is called).
+
+        Raises :class:`PlacementError` for a pool this placer does not know (submit refuses such nodes).
+        """
+        if request.pool is not None and request.pool not in self.pools:
+            known = ", ".join(sorted(self.pools)) or "none"
+            raise PlacementError(f"pool {request.pool!r} is not one of this installation's pools ({known}); "
+                                 "add it to the pools setting (FLUKSIO_POOLS or [pools] in fluksio.toml)")
         for _ in range(PLAN_ATTEMPTS):
             try:
-                outcome = self._place(request)
-                break
+                return self._place(request)
             except MachinesChanged:
                 continue  # the books have read the machines again: plan on them as they are now
-        if outcome is None:  # machines attaching and leaving under every attempt: an attach will wake us
-            outcome = Waiting("waiting while the attached machines change")
-        if isinstance(outcome, Waiting):
-            reason = f"{request.detail} {outcome.reason}" if request.detail else outcome.reason
-            with self._lock:
-                unchanged = self._noted.get(request.call_id) == reason
-                self._noted[request.call_id] = reason
-            if not unchanged:
-                self.books.note_waiting(WaitingCall(request.call_id, request.run_id, request.node, reason,
-                                                    self._clock()))
-        else:
-            with self._lock:
-                waited = self._noted.pop(request.call_id, None) is not None
-            if waited:  # a call that never waited has nothing to take off the list: no write
-                self.books.forget_waiting(request.call_id)
-        return outcome
+        # Machines attaching and leaving under every attempt: an attach will wake us.
+        return Waiting("waiting while the attached machines change")
 
     def keep_waiting(self, call_ids: Sequence[str]) -> None:
         """The calls still wait, and their driver is alive: keep them on the list (see ``snapshot``)."""
         self.books.keep_waiting(call_ids, self._clock())
 
     def forget(self, call_id: str) -> None:
-        """Stop listing a call as waiting (its run ended or it was placed)."""
-        with self._lock:
-            self._noted.pop(call_id, None)
+        """Stop listing a call as waiting (its run ended, or stopped scheduling): it gives up its place."""
         self.books.forget_waiting(call_id)
 
     def start(self, grant: Grant, token: str) -> bool:
@@ -170,11 +177,18 @@ class Placer:
             # No machine could take it: a take would not have told us a machine attached meanwhile, so ask
             # the books afresh (one round trip to Redis) before saying the call waits for one to attach.
             plan, inventories = self._plan_for(request, cached=False)
-        for names, queue_label in plan.groups:
-            grant = self.books.take_best(names, plan.wanted, request.call_id, plan.clamped_from, inventories)
-            if grant is not None:
-                return grant.model_copy(update={"queue_label": queue_label}) if queue_label else grant
-        return plan.waiting
+        assert plan.kind is not None  # every plan kept has its kind
+        ask = Ask(request.call_id, plan.kind, request.priority, plan.clamped_from, request.run_id, request.node,
+                  plan.waiting.reason, request.detail)
+        # Listed even when no machine could take it, so that it keeps its place for when one attaches.
+        outcome = self.books.claim(ask, inventories, self._clock(), self.stale_after_s)
+        if isinstance(outcome, Refusal):
+            if outcome.why is Why.MACHINES:
+                return plan.waiting
+            return Waiting(outcome.reason, wanted=plan.waiting.wanted, why=outcome.why)
+        grant, group = outcome
+        queue_label = plan.groups[group][1] if plan.groups else None
+        return grant.model_copy(update={"queue_label": queue_label}) if queue_label else grant
 
     def _plan_for(self, request: Request, cached: bool) -> tuple[_Plan, Sequence[Inventory]]:
         """The plan for this kind of request on the machines as the books know them (``cached``: as they knew),
@@ -184,12 +198,15 @@ class Placer:
         if made_on is not inventories:  # a machine attached or left: every plan may change
             plans = {}
             self._plans = (inventories, plans)
-        key = (request.resources, request.device, request.policy)
+        key = (request.resources, request.device, request.policy, request.pool)
         plan = plans.get(key)
         if plan is None:
             if len(plans) >= PLANS_KEPT:
                 plans.clear()
-            plan = plans[key] = self._plan(request, inventories)
+            plan = self._plan(request, inventories)
+            kind = Kind(plan.wanted, tuple(names for names, _label in plan.groups), request.pool,
+                        self.pools.get(request.pool, 0) if request.pool else 0)
+            plan = plans[key] = dataclasses.replace(plan, kind=kind)
         return plan, inventories
 
     def _plan(self, request: Request, inventories: Sequence[Inventory]) -> _Plan:
@@ -256,8 +273,9 @@ class Placer:
     # -- visibility -----------------------------------------------------------------------------
 
     def snapshot(self, stale_after_s: float | None = None) -> dict[str, Any]:
-        """Machines (with the grants of the calls running on each), what waits and why, and provisioner shapes,
-        for ``fluksio placer`` and the explorer.
+        """Machines (with the grants of the calls running on each), what waits and why (in the order it will
+        be granted, with priority and age), each pool's use, and provisioner shapes, for ``fluksio placer``
+        and the explorer.
 
         With ``stale_after_s``, a waiting call its driver has not kept on the list for that long (the
         driver died; see ``keep_waiting``) is dropped rather than shown waiting forever.
@@ -276,15 +294,19 @@ class Placer:
                     "calls": v.calls,
                     "heartbeat_age_s": None if v.heartbeat_age_s is None else round(v.heartbeat_age_s, 1),
                     # What each running call holds; a grant's id is its call's id (run, node, attempt).
-                    "grants": [{"id": g.id, "cpus": g.cpus, "gpus": list(g.gpus), "ram_mb": g.ram_mb}
+                    "grants": [{"id": g.id, "cpus": g.cpus, "gpus": list(g.gpus), "ram_mb": g.ram_mb, "pool": g.pool}
                                for g in sorted(held.get(v.inventory.name, ()), key=lambda g: g.id)],
                 }
                 for v in sorted(self.books.machines(), key=lambda v: v.inventory.name)
             ],
+            # In the order they will be granted: highest priority first, then oldest.
             "waiting": [
-                {"run_id": w.run_id, "node": w.node, "reason": w.reason, "waiting_s": round(now - w.since, 1)}
-                for w in sorted(self.books.waiting(stale_after_s), key=lambda w: w.since)
+                {"run_id": w.run_id, "node": w.node, "reason": w.reason, "waiting_s": round(now - w.since, 1),
+                 "priority": w.priority, "pool": w.pool}
+                for w in self.books.waiting(stale_after_s)
             ],
+            "pools": [{"name": name, "slots": self.pools[name], "in_use": len(holders), "calls": holders}
+                      for name, holders in sorted(self.books.pool_holders(sorted(self.pools)).items())],
             "provisioners": [{"shape": s.model_dump(), "labels": list(labels)}
                              for s, labels in self.provisioner_shapes],
         }

@@ -1,12 +1,14 @@
 """Books in Redis, shared by every driver on every host.
 
-A claim is one Lua script (``scripts.TAKE_BEST``) and one round trip, whatever the
-number of machines: the script walks the machines in the placer's preference
+A claim is one Lua script (``redis_claim.CLAIM``) and one round trip, whatever the
+number of machines and of waiting calls: the script plays the calls ahead of it
+through (``turns``: the installation's one order of who waits, kept here for
+every driver on every host), then walks the machines in the placer's preference
 order — kept ready in a sorted set, re-ranked by every take and give-back —
-takes on the first the placer allowed that has the resources free, and stops.
-So two drivers can never both take the last free cpu, and a claim that finds a
-machine usually reads a handful of keys, not every machine (only a claim that
-must wait walks every allowed machine with a cpu free, inside the server).
+takes on the first the placer allowed that has the resources free (less what
+the calls ahead would take), and stops; or lists the call as waiting, in its
+place. So two drivers can never both take the last free cpu, nor a later call
+the place of an earlier one that could use it.
 
 The placer plans from the machines' inventories, which change only when a
 machine attaches or leaves; they are cached here. Every attach and detach moves
@@ -40,11 +42,15 @@ from fluksio.constants import (
     MACHINES_BY_LOAD_KEY,
     MACHINES_GENERATION_KEY,
     MACHINES_KEY,
+    POOL_KEY,
+    WAIT_KIND_KEY,
     WAITING_KEY,
     WAITING_SEEN_KEY,
 )
+from fluksio.placement import redis_claim
 from fluksio.placement import redis_scripts as scripts
 from fluksio.placement.backend import Books, MachinesChanged, MachineView, WaitingCall
+from fluksio.placement.turns import Ask, Refusal, Why, order_key
 from fluksio.schemas import Grant, Inventory, Resources
 
 log = logging.getLogger(__name__)
@@ -52,6 +58,10 @@ log = logging.getLogger(__name__)
 #: Candidate lists encoded for the take script, kept per list (the placer reuses its lists until the
 #: machines change); past this many the memo starts afresh.
 ENCODED_CANDIDATES_KEPT = 256
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _ids(text: str | bytes | None) -> tuple[int, ...]:
@@ -77,8 +87,10 @@ class _Cache:
 class RedisBooks(Books):
     """Books in one Redis database. Thread-safe: drivers in one process share one instance."""
 
-    def __init__(self, client: redis.Redis, heartbeat_ttl_s: float) -> None:
+    def __init__(self, client: redis.Redis, heartbeat_ttl_s: float, clock: Callable[[], float] = time.time) -> None:
         self.redis = client
+        #: Seconds since the epoch, for when a waiting call was last kept (tests pass one they can move).
+        self._clock = clock
         #: A machine whose heartbeat is older than this is gone, in seconds.
         self.heartbeat_ttl_s = heartbeat_ttl_s
         self._leave = client.register_script(scripts.LEAVE)
@@ -86,7 +98,10 @@ class RedisBooks(Books):
         self._take_best = client.register_script(scripts.TAKE_BEST)
         self._give = client.register_script(scripts.GIVE)
         self._start = client.register_script(scripts.START)
-        self._prune_waiting = client.register_script(scripts.PRUNE_WAITING)
+        self._void = client.register_script(scripts.VOID)
+        self._claim = client.register_script(redis_claim.CLAIM)
+        self._forget = client.register_script(redis_claim.FORGET)
+        self._prune_waiting = client.register_script(redis_claim.PRUNE_WAITING)
         #: The inventories claims are planned on; see ``inventories``. ``None`` until first read.
         self._cache: _Cache | None = None
         #: Candidate lists → their JSON for the take script; see ``ENCODED_CANDIDATES_KEPT``.
@@ -102,9 +117,9 @@ class RedisBooks(Books):
         name = inventory.name
         labelled = bool(inventory.labels)
         pipe = self.redis.pipeline(transaction=True)
-        # Grants of an earlier start are void (their drivers find them lost and give them back, which
-        # also clears them from the grant index).
-        pipe.delete(GRANTS_KEY + name)
+        # Grants of an earlier start are void, and their pool slots free (their drivers find them lost and
+        # give them back, which also clears them from the grant index).
+        self._void(keys=[GRANTS_KEY + name], args=[POOL_KEY, CHANGES_CHANNEL], client=pipe)
         pipe.hset(MACHINE_KEY + name, mapping={
             "inventory": inventory.model_dump_json(),
             "free_cpus": inventory.cpus,
@@ -238,6 +253,39 @@ class RedisBooks(Books):
         self._refresh()
         raise MachinesChanged("a machine attached or left since the placement was planned")
 
+    def claim(self, ask: Ask, planned_on: Sequence[Inventory] | None, now: float,
+              stale_after_s: float | None = None) -> tuple[Grant, int] | Refusal:
+        cache = self._cache
+        if planned_on is not None and (cache is None or cache.inventories is not planned_on):
+            raise MachinesChanged("the machines changed since the placement was planned")  # as take_best
+        generation = cache.generation if cache is not None else ""  # nothing read yet: the script says stale
+        kind_id, kind_json = ask.kind.encoded
+        listing = json.dumps({"run_id": ask.run_id, "node": ask.node, "priority": ask.priority,
+                              "pool": ask.kind.pool})
+        reply = self._claim(keys=redis_claim.KEYS, args=[
+            *scripts.PREFIXES, WAIT_KIND_KEY, generation, ask.call_id,
+            ask.clamped_from.model_dump_json() if ask.clamped_from else "", kind_id, kind_json,
+            order_key(ask.priority, now, ask.call_id), repr(now),
+            "" if stale_after_s is None else repr(now - stale_after_s), listing, ask.reason, ask.detail or "",
+        ])
+        kind = reply[0]
+        if kind == b"granted":
+            _, machine, cpus, ram_mb, gpus, group, incarnation = reply
+            return Grant(id=ask.call_id, machine=machine.decode(), cpus=int(cpus), ram_mb=int(ram_mb),
+                         gpus=_ids(gpus), clamped_from=ask.clamped_from, pool=ask.kind.pool,
+                         incarnation=incarnation.decode() if incarnation is not None else None), int(group)
+        if kind == b"waiting":
+            return Refusal(Why(reply[1].decode()), reply[2].decode())
+        self._refresh()
+        raise MachinesChanged("a machine attached or left since the placement was planned")
+
+    def pool_holders(self, pools: Sequence[str]) -> dict[str, list[str]]:
+        pipe = self.redis.pipeline(transaction=False)
+        for pool in pools:
+            pipe.hkeys(POOL_KEY + pool)
+        return {pool: sorted(_text(holder) for holder in holders)
+                for pool, holders in zip(pools, pipe.execute(), strict=True)}
+
     def _encode(self, candidates: Sequence[str]) -> str:
         """The candidates as the take script's JSON array; encoded once per list, not once per claim."""
         names = candidates if isinstance(candidates, tuple) else tuple(candidates)
@@ -260,7 +308,7 @@ class RedisBooks(Books):
         return {grant.id for grant, held in zip(grants, pipe.execute(), strict=True) if not held}
 
     def give(self, grant: Grant) -> bool:
-        return bool(self._give(keys=scripts.KEYS, args=[*scripts.PREFIXES, grant.machine, grant.id, CHANGES_CHANNEL]))
+        return bool(self._give(keys=scripts.KEYS, args=[*scripts.PREFIXES, grant.machine, grant.id]))
 
     def lost(self, grant: Grant) -> bool:
         pipe = self.redis.pipeline(transaction=False)
@@ -278,37 +326,23 @@ class RedisBooks(Books):
         gid = grant_id.decode() if isinstance(grant_id, bytes) else grant_id
         clamped = Resources.model_validate_json(body["clamped_from"]) if body.get("clamped_from") else None
         return Grant(id=gid, machine=machine, cpus=body["cpus"], ram_mb=body["ram_mb"], gpus=_ids(body["gpus"]),
-                     clamped_from=clamped)
+                     clamped_from=clamped, pool=body.get("pool") or None)
 
     # -- waiting --------------------------------------------------------------------------------
-
-    def note_waiting(self, waiting: WaitingCall) -> None:
-        known = self.redis.hget(WAITING_KEY, waiting.call_id)
-        if known is not None:
-            waiting.since = json.loads(known)["since"]
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(WAITING_KEY, waiting.call_id, json.dumps({
-            "run_id": waiting.run_id, "node": waiting.node, "reason": waiting.reason, "since": waiting.since,
-        }))
-        pipe.hset(WAITING_SEEN_KEY, waiting.call_id, max(waiting.seen_at, time.time()))
-        pipe.execute()
 
     def keep_waiting(self, call_ids: Sequence[str], now: float) -> None:
         if call_ids:
             self.redis.hset(WAITING_SEEN_KEY, mapping=dict.fromkeys(call_ids, now))
 
     def forget_waiting(self, call_id: str) -> None:
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hdel(WAITING_KEY, call_id)
-        pipe.hdel(WAITING_SEEN_KEY, call_id)
-        pipe.execute()
+        self._forget(keys=redis_claim.LIST_KEYS, args=[call_id, WAIT_KIND_KEY, CHANGES_CHANNEL])
 
     def waiting(self, stale_after_s: float | None = None) -> list[WaitingCall]:
         pipe = self.redis.pipeline(transaction=True)
         pipe.hgetall(WAITING_KEY)
         pipe.hgetall(WAITING_SEEN_KEY)
         bodies, seen = pipe.execute()
-        oldest = None if stale_after_s is None else time.time() - stale_after_s
+        oldest = None if stale_after_s is None else self._clock() - stale_after_s
         calls, stale = [], []
         for raw_id, body in bodies.items():
             data = json.loads(body)
@@ -316,13 +350,16 @@ class RedisBooks(Books):
             if oldest is not None and seen_at < oldest:
                 stale.append(raw_id)  # its driver died with the call on the list: nobody keeps it any more
                 continue
-            calls.append(WaitingCall(raw_id.decode(), data["run_id"], data["node"], data["reason"], data["since"],
-                                     seen_at=seen_at))
+            call_id = raw_id.decode()
+            priority = int(data.get("priority") or 0)
+            calls.append(WaitingCall(call_id, data["run_id"], data["node"], data["reason"], data["since"],
+                                     seen_at=seen_at, priority=priority, pool=data.get("pool") or None,
+                                     order=data.get("order") or order_key(priority, data["since"], call_id)))
         # Marks of calls no longer listed (kept just as they were taken off) go too.
         stale += [raw_id for raw_id in seen if raw_id not in bodies]
         if stale:  # checked again inside the script: a driver may have kept one meanwhile
-            self._prune_waiting(keys=[WAITING_KEY, WAITING_SEEN_KEY], args=[oldest or 0, *stale])
-        return calls
+            self._prune_waiting(keys=redis_claim.LIST_KEYS, args=[oldest or 0, WAIT_KIND_KEY, *stale])
+        return sorted(calls, key=lambda call: call.order)
 
     # -- change notifications ---------------------------------------------------------------------
 

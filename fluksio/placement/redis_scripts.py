@@ -7,6 +7,7 @@ which KEYS and ARGV it takes and what it returns.
 from __future__ import annotations
 
 from fluksio.constants import (
+    CHANGES_CHANNEL,
     GRANT_MACHINE_KEY,
     GRANTS_KEY,
     HEARTBEAT_KEY,
@@ -14,25 +15,45 @@ from fluksio.constants import (
     MACHINES_BY_LOAD_KEY,
     MACHINES_GENERATION_KEY,
     MACHINES_KEY,
+    POOL_KEY,
 )
 
-# Every script below takes the same keys and first arguments.
+# Every script below (but START and VOID) takes the same keys and first arguments.
 # KEYS: [1] machines set, [2] generation counter, [3] machines by preference (zset), [4] grant id → machine.
-# ARGV: [1..3] machine hash, grants hash and heartbeat key prefixes. Machine names are only known inside
-# a script, so its per-machine keys are built there: fine on one Redis server, not on a Redis Cluster.
+# ARGV: [1..4] machine hash, grants hash, heartbeat key and pool holders prefixes, [5] the changes channel.
+# Machine (and pool) names are only known inside a script, so their keys are built there: fine on one
+# Redis server, not on a Redis Cluster.
 # The scripts write after reading non-deterministic replies (SMEMBERS): Redis 5 or later replicates their
 # effects, not the scripts, which makes that safe.
 KEYS = [MACHINES_KEY, MACHINES_GENERATION_KEY, MACHINES_BY_LOAD_KEY, GRANT_MACHINE_KEY]
-PREFIXES = [MACHINE_KEY, GRANTS_KEY, HEARTBEAT_KEY]
+PREFIXES = [MACHINE_KEY, GRANTS_KEY, HEARTBEAT_KEY, POOL_KEY, CHANGES_CHANNEL]
 
-# detach: remove a machine's books (and its grants from the grant index); the generation moves only
-# when it was attached, so that two placers finding the same dead machine do not make everyone re-read.
+# free_pools: the pool slots of grants (HGETALL's id, body, … of a grants hash) that are void are free,
+# and calls waiting for them hear so. detach: remove a machine's books (its grants from the grant index,
+# their pool slots freed); the generation moves only when it was attached, so that two placers finding
+# the same dead machine do not make everyone re-read.
 # rank: a machine's place in backend.preference as one number — labelled machines after all others
 # (+ 2), then by load (cpus in use / cpus, 0..1); the sorted set orders equal ranks by name (bytewise,
 # as Python orders str). Machines without the cpus/labelled fields are left unranked, never picked.
-HELPERS = """
+FREE_POOLS = """
+local function free_pools(grants, pool_prefix, channel)
+  local freed = false
+  for i = 1, #grants, 2 do
+    local g = cjson.decode(grants[i + 1])
+    if type(g.pool) == 'string' and g.pool ~= '' then
+      redis.call('HDEL', pool_prefix .. g.pool, grants[i])
+      freed = true
+    end
+  end
+  if freed then redis.call('PUBLISH', channel, 'pool') end
+end
+"""
+
+HELPERS = FREE_POOLS + """
 local function detach(name)
-  for _, id in ipairs(redis.call('HKEYS', ARGV[2] .. name)) do redis.call('HDEL', KEYS[4], id) end
+  local grants = redis.call('HGETALL', ARGV[2] .. name)
+  for i = 1, #grants, 2 do redis.call('HDEL', KEYS[4], grants[i]) end
+  free_pools(grants, ARGV[4], ARGV[5])
   redis.call('DEL', ARGV[1] .. name, ARGV[2] .. name, ARGV[3] .. name)
   redis.call('ZREM', KEYS[3], name)
   if redis.call('SREM', KEYS[1], name) == 1 then redis.call('INCR', KEYS[2]) end
@@ -45,14 +66,14 @@ local function rank(name, labelled, cpus, free_cpus)
 end
 """
 
-# ARGV[4]: machine name. Returns the grants it held (id, body, id, body …) and removes its books.
+# ARGV[6]: machine name. Returns the grants it held (id, body, id, body …) and removes its books.
 LEAVE = HELPERS + """
-local held = redis.call('HGETALL', ARGV[2] .. ARGV[4])
-detach(ARGV[4])
+local held = redis.call('HGETALL', ARGV[2] .. ARGV[6])
+detach(ARGV[6])
 return held
 """
 
-# ARGV[4]: the generation the caller has cached ('' for none). Detaches every machine whose heartbeat
+# ARGV[6]: the generation the caller has cached ('' for none). Detaches every machine whose heartbeat
 # expired, and ranks any machine the sorted set lacks (attached by an older fluksio). Returns
 # {generation} when that is still the cached one, else {generation, name, inventory JSON, …} for every
 # live machine.
@@ -68,7 +89,7 @@ for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   end
 end
 local generation = redis.call('GET', KEYS[2]) or '0'
-if generation == ARGV[4] then return {generation} end
+if generation == ARGV[6] then return {generation} end
 local reply = {generation}
 for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   table.insert(reply, name)
@@ -77,15 +98,15 @@ end
 return reply
 """
 
-# ARGV[4]: the generation the placer planned at; [5..9]: cpus, gpus, ram_mb, grant id, clamped-from
-# JSON ('' if not clamped); [10]: the machines it may go to, a JSON array ('' for any machine).
+# ARGV[6]: the generation the placer planned at; [7..11]: cpus, gpus, ram_mb, grant id, clamped-from
+# JSON ('' if not clamped); [12]: the machines it may go to, a JSON array ('' for any machine).
 # Walks machines in preference order — only the ranks that leave a cpu free, when cpus are asked for —
 # and takes on the first allowed one with the resources free. Returns {'stale'}, taking nothing, when
 # the generation moved or the machine picked was dead (it is detached here); {'none'} when no allowed
 # machine has the resources free; else {'granted', machine, cpus, ram_mb, 'gpu,ids', incarnation}.
 TAKE_BEST = HELPERS + """
-if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[4] then return {'stale'} end
-local want_cpus, want_gpus, want_ram, grant_id = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
+if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[6] then return {'stale'} end
+local want_cpus, want_gpus, want_ram, grant_id = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
 -- A retried claim (its reply lost on the way back) gets the grant it already has, charged once.
 local at = redis.call('HGET', KEYS[4], grant_id)
 if at then
@@ -96,9 +117,9 @@ if at then
   end
 end
 local allowed = nil
-if ARGV[10] ~= '' then
+if ARGV[12] ~= '' then
   allowed = {}
-  for _, name in ipairs(cjson.decode(ARGV[10])) do allowed[name] = true end
+  for _, name in ipairs(cjson.decode(ARGV[12])) do allowed[name] = true end
 end
 local below = want_cpus > 0 and '(' or ''  -- a rank of 1 (or 3) is a machine with every cpu in use
 local PAGE = 100
@@ -120,7 +141,7 @@ for _, ranks in ipairs({{'0', below .. '1'}, {'2', below .. '3'}}) do
           redis.call('HSET', ARGV[1] .. name, 'free_cpus', free_cpus - want_cpus, 'free_ram_mb', free_ram - want_ram,
                      'free_gpus', table.concat(ids, ',', want_gpus + 1))
           redis.call('HSET', ARGV[2] .. name, grant_id,
-                     cjson.encode({cpus = want_cpus, ram_mb = want_ram, gpus = gpus, clamped_from = ARGV[9]}))
+                     cjson.encode({cpus = want_cpus, ram_mb = want_ram, gpus = gpus, clamped_from = ARGV[11]}))
           redis.call('HSET', KEYS[4], grant_id, name)
           rank(name, books[5], books[4], free_cpus - want_cpus)
           return {'granted', name, want_cpus, want_ram, gpus, books[6]}
@@ -133,15 +154,20 @@ end
 return {'none'}
 """
 
-# ARGV[4]: machine name, [5]: grant id, [6]: changes channel. Returns 1 when resources came back.
+# ARGV[6]: machine name, [7]: grant id. Returns 1 when resources came back (its pool slot with them).
 GIVE = HELPERS + """
-redis.call('HDEL', KEYS[4], ARGV[5])
-local grants, machine = ARGV[2] .. ARGV[4], ARGV[1] .. ARGV[4]
-local held = redis.call('HGET', grants, ARGV[5])
+redis.call('HDEL', KEYS[4], ARGV[7])
+local grants, machine = ARGV[2] .. ARGV[6], ARGV[1] .. ARGV[6]
+local held = redis.call('HGET', grants, ARGV[7])
 if not held then return 0 end
-redis.call('HDEL', grants, ARGV[5])
-if redis.call('EXISTS', machine) == 0 then return 0 end
+redis.call('HDEL', grants, ARGV[7])
 local g = cjson.decode(held)
+local pooled = type(g.pool) == 'string' and g.pool ~= ''
+if pooled then redis.call('HDEL', ARGV[4] .. g.pool, ARGV[7]) end
+if redis.call('EXISTS', machine) == 0 then
+  if pooled then redis.call('PUBLISH', ARGV[5], 'give') end  -- the slot is free, if nothing else is
+  return 0
+end
 local free_cpus = redis.call('HINCRBY', machine, 'free_cpus', g.cpus)
 redis.call('HINCRBY', machine, 'free_ram_mb', g.ram_mb)
 local ids = {}
@@ -150,8 +176,8 @@ for id in string.gmatch(g.gpus, '[^,]+') do table.insert(ids, tonumber(id)) end
 table.sort(ids)
 redis.call('HSET', machine, 'free_gpus', table.concat(ids, ','))
 local facts = redis.call('HMGET', machine, 'labelled', 'cpus')
-rank(ARGV[4], facts[1], facts[2], free_cpus)
-redis.call('PUBLISH', ARGV[6], 'give')
+rank(ARGV[6], facts[1], facts[2], free_cpus)
+redis.call('PUBLISH', ARGV[5], 'give')
 return 1
 """
 
@@ -171,18 +197,10 @@ return 1
 """
 
 
-# KEYS: waiting hash, waiting-seen hash. ARGV[1]: the oldest mark still fresh (seconds since the epoch);
-# [2..]: call ids. Takes each call off the list when it is still not kept since then, or no longer listed.
-PRUNE_WAITING = """
-local oldest = tonumber(ARGV[1])
-for i = 2, #ARGV do
-  local body = redis.call('HGET', KEYS[1], ARGV[i])
-  local seen = redis.call('HGET', KEYS[2], ARGV[i])
-  local at = tonumber(seen) or (body and cjson.decode(body).since)
-  if not body or (at and at < oldest) then
-    redis.call('HDEL', KEYS[1], ARGV[i])
-    redis.call('HDEL', KEYS[2], ARGV[i])
-  end
-end
+# KEYS[1]: a machine's grants hash, which it attaching again voids. ARGV[1]: pool holders prefix, [2]: the
+# changes channel. Frees the void grants' pool slots and deletes the hash.
+VOID = FREE_POOLS + """
+free_pools(redis.call('HGETALL', KEYS[1]), ARGV[1], ARGV[2])
+redis.call('DEL', KEYS[1])
 return 0
 """

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fluksio.errors import ConfigError
 from fluksio.schemas import Resources
+from fluksio.settings import read_json_file
 
 #: Where an installation's profiles are when ``FLUKSIO_PROVISIONERS`` names no file (relative to the working
 #: directory); absent, nothing is provisioned.
@@ -152,16 +153,7 @@ class SlurmProfile(BaseModel):
 def load_profiles(path: str | Path) -> list[SlurmProfile]:
     """Every profile of the file at ``path``; a :class:`ConfigError` naming each problem if any is wrong."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read provisioner profiles {path}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"provisioner profiles {path} is not valid JSON: {exc.msg} at line {exc.lineno} "
-                          f"column {exc.colno}") from None
-    return parse_profiles(data, source=str(path))
+    return parse_profiles(read_json_file(path, "provisioner profiles"), source=str(path))
 
 
 def parse_profiles(data: Any, source: str = "provisioner profiles") -> list[SlurmProfile]:

@@ -18,7 +18,13 @@ from fluksio.settings import Settings, redact_url
 
 #: Settings that describe one machine (the embedded one) or the driver's side, not the installation:
 #: a provisioned worker gets its machine from the profile, and never provisions in turn.
-NOT_EXPORTED = frozenset({"machine_name", "labels", "cpus", "ram_mb", "provisioners"})
+#: Nor the passwords only drivers and front doors use (alerts' SMTP, the explorer's): a provisioned worker
+#: runs node calls only, and a password it never needs is one fewer in a file on the cluster.
+NOT_EXPORTED = frozenset({"machine_name", "labels", "cpus", "ram_mb", "provisioners", "smtp_password",
+                          "ui_basic_auth"})
+#: Paths a provisioned worker reads, made absolute against the submitting directory (as the artifacts
+#: folder is): the signing key, its certificate and store, and the secrets folder (the path, never a value).
+PATHS = frozenset({"signing_key", "signing_certificate", "signing_cert_store", "secrets_dir"})
 #: ``sqlite:///relative.db`` (three slashes and no fourth): a path relative to the working directory.
 _RELATIVE_SQLITE = re.compile(r"^(sqlite(?:\+\w+)?:///)(?!/)(.+)$")
 
@@ -68,6 +74,8 @@ def _render(name: str, value: Any, cwd: Path) -> tuple[str, bool]:
             return value, False  # an object store's URL is the same from every host
         path = Path(str(value))
         return str(_absolute(path, cwd)), not path.is_absolute()
+    if name in PATHS:
+        return str(_absolute(Path(value), cwd)), not Path(value).is_absolute()
     if name == "flows":
         sources = [_absolute_source(source, cwd) for source in value]
         return ",".join(sources), sources != list(value)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fluksio.constants import EVENTS_CHANNEL
+from fluksio.errors import EventsUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +97,9 @@ class RedisEvents(Events):
                     event = stream.next(POLL_S)
                     if event is not None and not stop.is_set():
                         callback(event)
-            except Exception:  # a watcher that loses Redis stops watching; the run goes on
-                log.warning("stopped following events", exc_info=True)
+            except Exception as exc:  # a watcher that loses Redis stops watching; the run goes on
+                log.warning("stopped following the run's events (%s: %s); the run goes on", type(exc).__name__, exc)
+                log.debug("events subscriber stopped", exc_info=True)
             finally:
                 stream.close()
 
@@ -135,8 +137,11 @@ class EventStream:
             message = self._pubsub.get_message(timeout=max(0.0, deadline - time.monotonic()))
             if message is not None and message.get("type") == "subscribe":
                 return
-        raise TimeoutError(f"Redis did not confirm the subscription to {EVENTS_CHANNEL} "
-                           f"within {SUBSCRIBE_TIMEOUT_S:g} s")
+        where = getattr(getattr(self._pubsub, "connection_pool", None), "connection_kwargs", {})
+        raise EventsUnavailable(
+            f"the broker at {where.get('host', '?')}:{where.get('port', '?')} did not confirm the subscription to "
+            f"{EVENTS_CHANNEL} within {SUBSCRIBE_TIMEOUT_S:g} s: is it overloaded? `redis-cli -u URL ping` should "
+            "answer PONG at once")
 
     def next(self, timeout_s: float) -> dict[str, Any] | None:
         """The next event, or ``None`` when none came within ``timeout_s`` seconds."""

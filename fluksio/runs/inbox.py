@@ -19,6 +19,7 @@ from typing import Any
 from fluksio.constants import INBOX_KEY, TAKEN_SUFFIX
 from fluksio.errors import ConfigError, MessageRefused
 from fluksio.messages import InboxMessage, Wake, inbox_message_from_wire
+from fluksio.runs.signing import Signer, is_envelope
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,10 @@ class RedisInbox(Inbox):
     first message is not gone but on that list, where :meth:`recover` finds it. A message on the list
     that is not one fluksio sends (another version's, or anyone's who can write to the Redis) is logged
     and dropped as it is taken, never handed to the driver.
+
+    With a ``signer`` (message signing on), every message pushed is signed for its run, and one taken that
+    is unsigned, signed for another run, or signed by a certificate this process does not trust is dropped
+    the same way (see fluksio/runs/signing.py).
     """
 
     #: An inbox nobody drains (its driver died and the run was never resumed) expires, in seconds.
@@ -135,8 +140,9 @@ end
 return items
 """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, signer: Signer | None = None) -> None:
         self.redis = client
+        self.signer = signer
         self._drain = client.register_script(self.DRAIN_SCRIPT)
         #: How many messages each run's taken list held at the driver's previous check.
         self._taken_before: dict[str, int] = {}
@@ -150,7 +156,8 @@ return items
     def push(self, run_id: str, message: InboxMessage) -> None:
         key = INBOX_KEY + run_id
         pipe = self.redis.pipeline(transaction=False)
-        pipe.rpush(key, json.dumps(message.to_wire()))
+        text = json.dumps(message.to_wire())
+        pipe.rpush(key, text if self.signer is None else self.signer.seal(run_id, text))
         pipe.expire(key, self.TTL_S)
         pipe.execute()
 
@@ -179,10 +186,15 @@ return items
     def _read_all(self, run_id: str, raws: list[bytes]) -> list[InboxMessage]:
         return [message for raw in raws if (message := self._read(run_id, raw)) is not None]
 
-    @staticmethod
-    def _read(run_id: str, raw: bytes) -> InboxMessage | None:
+    def _read(self, run_id: str, raw: bytes) -> InboxMessage | None:
         try:
-            return inbox_message_from_wire(json.loads(raw))
+            data = json.loads(raw)
+            if self.signer is not None:
+                data = json.loads(self.signer.open(run_id, data))
+            elif is_envelope(data):
+                raise MessageRefused("a signed message, and this process checks no signatures: give it the "
+                                     "installation's FLUKSIO_SIGNING_KEY, _CERTIFICATE and _CERT_STORE")
+            return inbox_message_from_wire(data)
         except (ValueError, MessageRefused) as exc:  # ValueError: not JSON at all
             log.error("run %s: dropping a message on its inbox that fluksio did not send: %s", run_id, exc)
             return None

@@ -50,6 +50,9 @@ def sweep_once(db: Database, stale_after_s: float, spare: Collection[str] = (), 
             log.warning("run %s was woken by its children over %g s ago and no driver took it; handed over again",
                         run_id, stale_after_s)
             hand_over(run_id, flow, False)
+        for run_id, flow in store_family.parked_with_news(db, drivable):
+            log.warning("run %s is parked, but a child of it ended and it was not woken; woken now", run_id)
+            hand_over(run_id, flow, False)
     # One attempt each: a sweeper that cannot reach the store must not sit in retries and then judge
     # leases that nobody could refresh meanwhile.
     taken: list[str] = []

@@ -12,7 +12,7 @@ from typing import Any
 
 from fluksio.artifacts.artifact import DIGEST_PATTERN, REF_KEY, find_refs
 from fluksio.artifacts.store import ArtifactStore
-from fluksio.errors import RunNotFound, RunRejected
+from fluksio.errors import OutputNotFound, RunNotFound, RunRejected
 from fluksio.schemas import RunStatus
 from fluksio.store.db import Database
 from fluksio.store.models import RunArtifact
@@ -41,7 +41,19 @@ def _run_output(db: Database, artifacts: ArtifactStore, name: str, value: str) -
         run = get_run(db, match["run"])
     except RunNotFound:
         raise RunRejected(f"parameter {name!r}: there is no run {match['run']!r} (see `fluksio runs`)") from None
-    output = match["output"]
+    try:
+        found = output_of(db, run.id, match["output"])
+    except OutputNotFound as exc:
+        raise RunRejected(f"parameter {name!r}: {exc}") from None
+    _check_bytes(artifacts, name, found)
+    return found
+
+
+def output_of(db: Database, run_id: str, output: str) -> Any:
+    """The JSON of message ``output`` of a run (artifacts and codec values as references): from its result,
+    else from its nodes' rows, else an artifact it made under that name. :class:`OutputNotFound` saying what
+    the run did make when it made no such output."""
+    run = get_run(db, run_id)
     made: dict[str, Any] = {}
     for row in node_rows(db, run.id):
         if row.status in ("ok", "cached") and row.outputs:
@@ -49,16 +61,13 @@ def _run_output(db: Database, artifacts: ArtifactStore, name: str, value: str) -
     if run.result and output in run.result:
         made[output] = run.result[output]
     if output in made:
-        found = made[output]
-        _check_bytes(artifacts, name, found)
-        return found
+        return made[output]
     made_artifact = artifact_of_run(db, run.id, output)
     if made_artifact is not None:
-        return _artifact_ref(made_artifact, artifacts, name)
+        return artifact_ref(made_artifact)
     state = "" if run.status == RunStatus.OK.value else f" (it ended {run.status})"
     listing = ", ".join(sorted(made)) or "none"
-    raise RunRejected(f"parameter {name!r}: run {run.id} made no output {output!r}{state}; "
-                      f"the outputs it did make: {listing}")
+    raise OutputNotFound(f"run {run.id} made no output {output!r}{state}; the outputs it did make: {listing}")
 
 
 def _artifact(db: Database, artifacts: ArtifactStore, name: str, value: str) -> dict[str, Any]:
@@ -71,8 +80,18 @@ def _artifact(db: Database, artifacts: ArtifactStore, name: str, value: str) -> 
     return _artifact_ref(row, artifacts, name)
 
 
+def artifact_ref(row: RunArtifact) -> dict[str, Any]:
+    """The reference to a stored artifact row; one that holds a codec's value names the codec, so that it is
+    read back as the same type."""
+    ref: dict[str, Any] = {REF_KEY: {"digest": row.digest, "size": row.size, "media_type": row.media_type,
+                                     "name": row.name}}
+    if row.codec:
+        ref[REF_KEY]["codec"] = row.codec
+    return ref
+
+
 def _artifact_ref(row: RunArtifact, artifacts: ArtifactStore, name: str) -> dict[str, Any]:
-    ref = {REF_KEY: {"digest": row.digest, "size": row.size, "media_type": row.media_type, "name": row.name}}
+    ref = artifact_ref(row)
     _check_bytes(artifacts, name, ref)
     return ref
 

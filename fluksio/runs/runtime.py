@@ -6,23 +6,23 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from sqlalchemy.exc import DBAPIError
-
 from fluksio.artifacts.factory import open_store
 from fluksio.artifacts.store import ArtifactStore
-from fluksio.errors import ConfigError
 from fluksio.flows.registry import FlowRegistry
+from fluksio.placement.backend import Books
 from fluksio.placement.placer import Placer
 from fluksio.provisioners.base import Provisioner
 from fluksio.runs import family
+from fluksio.runs.contact import open_run_store
 from fluksio.runs.events import Events, MemoryEvents, RedisEvents
 from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
-from fluksio.schemas import Inventory, RunStatus
-from fluksio.settings import Settings, redact_url
+from fluksio.runs.signing import load_signer
+from fluksio.schemas import Inventory, Resources, RunStatus
+from fluksio.settings import Settings
 from fluksio.store import runs as run_rows
 from fluksio.store.db import Database
 
@@ -79,46 +79,31 @@ class Runtime:
     def embedded(cls, settings: Settings) -> Runtime:
         """Everything in this process: the run store, the artifact store, in-memory books and inboxes."""
         artifacts = open_store(settings, check=True)  # an unusable bucket is said now, not in a run
-        db = _database(settings)
+        db = open_run_store(settings)
         machine = settings.machine_name or socket.gethostname()
         runtime = cls(settings=settings, db=db, artifacts=artifacts,
-                      registry=_registry(settings), placer=Placer(), inbox=MemoryInbox(),
+                      registry=_registry(settings), placer=_placer(settings), inbox=MemoryInbox(),
                       events=MemoryEvents(), machine=machine)
         runtime.placer.attach(local_inventory(settings, machine))
         return runtime
 
     @classmethod
     def distributed(cls, settings: Settings, machine: str | None = None) -> Runtime:
-        """Books, inboxes and events in the broker's Redis; shared by every host."""
+        """Books, inboxes and events in the broker's Redis; shared by every host.
+
+        Opens no connection to the broker itself (callers check first contact: ``connect()`` with
+        :func:`~fluksio.runs.broker.check_broker`, a worker with :func:`~fluksio.runs.broker.wait_for_broker`).
+        """
         artifacts = open_store(settings, check=True)  # a worker with an unusable bucket refuses to start
-        import redis
-        from redis.backoff import ExponentialBackoff
-        from redis.exceptions import AuthenticationError
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import TimeoutError as RedisTimeoutError
-        from redis.retry import Retry
-
         from fluksio.placement.redis import RedisBooks
+        from fluksio.runs.broker import broker_client
 
-        class OutageRetry(Retry):
-            """Retry through an outage (a restart, say) for about broker_outage_s — but never a refused login."""
-
-            def call_with_retry(self, do, fail, is_retryable=None, with_failure_count=False):  # type: ignore[no-untyped-def]
-                def retryable(error: Exception) -> bool:
-                    return not isinstance(error, AuthenticationError) and (is_retryable is None or is_retryable(error))
-
-                return super().call_with_retry(do, fail, retryable, with_failure_count)
-
-        retry = OutageRetry(ExponentialBackoff(cap=1.0, base=0.05), retries=int(settings.broker_outage_s) + 5)
-        client = redis.Redis.from_url(
-            settings.broker_url, socket_keepalive=True, socket_connect_timeout=5, health_check_interval=30,
-            retry=retry, retry_on_error=[RedisConnectionError, RedisTimeoutError],
-        )
+        client = broker_client(settings)
         books = RedisBooks(client, settings.heartbeat_ttl_s)
         provisioner = _provisioner(settings, client)
-        placer = Placer(books, provisioner_shapes=provisioner.shapes() if provisioner else ())
-        return cls(settings=settings, db=_database(settings), artifacts=artifacts,
-                   registry=_registry(settings), placer=placer, inbox=RedisInbox(client),
+        placer = _placer(settings, books, provisioner.shapes() if provisioner else ())
+        return cls(settings=settings, db=open_run_store(settings), artifacts=artifacts,
+                   registry=_registry(settings), placer=placer, inbox=RedisInbox(client, load_signer(settings)),
                    events=RedisEvents(client),
                    machine=machine or settings.machine_name or socket.gethostname(), redis=client,
                    provisioner=provisioner)
@@ -167,6 +152,13 @@ class Runtime:
         self.db.dispose()
 
 
+def _placer(settings: Settings, books: Books | None = None,
+            shapes: Sequence[tuple[Resources, tuple[str, ...]]] = ()) -> Placer:
+    """The placer of an installation: its pools, and how long a dead driver's waiting calls are waited behind
+    (as long as its lease takes to go stale: its drivers keep their calls listed once per lease)."""
+    return Placer(books, provisioner_shapes=shapes, pools=settings.pools, stale_after_s=settings.stale_after_s)
+
+
 def _provisioner(settings: Settings, client: Redis) -> Provisioner | None:
     from fluksio.constants import HEARTBEAT_KEY
     from fluksio.provisioners import create_provisioner, load_profiles, profiles_path
@@ -177,20 +169,6 @@ def _provisioner(settings: Settings, client: Redis) -> Provisioner | None:
         return None
     return create_provisioner(load_profiles(path), settings, RedisRequestStore(client),
                               is_attached=lambda name: bool(client.exists(HEARTBEAT_KEY + name)))
-
-
-def _database(settings: Settings) -> Database:
-    db = Database(settings.database_url, outage_s=settings.db_outage_s)
-    try:
-        db.upgrade()
-    except ModuleNotFoundError as exc:
-        raise ConfigError(f"FLUKSIO_DATABASE_URL={redact_url(settings.database_url)} needs the Python package "
-                          f"{exc.name!r} (for PostgreSQL: pip install 'fluksio[postgres]')") from None
-    except DBAPIError as exc:
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
-        raise ConfigError(f"cannot open the run store FLUKSIO_DATABASE_URL={redact_url(settings.database_url)}: "
-                          f"{reason}") from None
-    return db
 
 
 def _registry(settings: Settings) -> FlowRegistry:

@@ -17,9 +17,11 @@ from pydantic_core import to_jsonable_python
 
 from fluksio.artifacts.artifact import REF_KEY, Artifact, is_ref
 from fluksio.artifacts.store import ArtifactStore
-from fluksio.errors import RunRejected
-from fluksio.flows.flow import Flow
+from fluksio.codecs import REGISTRY, Codec, codec_for, codec_of, store_value
+from fluksio.errors import CodecError, RunRejected
+from fluksio.flows.flow import Flow, InputSpec
 from fluksio.flows.registry import FlowRegistry
+from fluksio.flows.secret import Secret, secret_name
 from fluksio.runs.cache_key import canonical
 from fluksio.runs.references import is_reference
 from fluksio.runs.references import resolve as resolve_reference
@@ -41,8 +43,13 @@ def params_digest(params: Mapping[str, Any], seed: int | None) -> str:
 
 
 def validate_params(flow: Flow, params: Any, seed: int | None,
-                    resolve: Callable[[str, str], Any] | None = None) -> dict[str, Any]:
-    """The run's full parameters (defaults filled, seed applied, references resolved), or :class:`RunRejected`."""
+                    resolve: Callable[[str, str], Any] | None = None,
+                    store: ArtifactStore | None = None) -> dict[str, Any]:
+    """The run's full parameters (defaults filled, seed applied, references resolved), or :class:`RunRejected`.
+
+    An input of a codec's type (``pandas.DataFrame`` …) takes a reference to such a value, or the value
+    itself, which is stored in ``store`` (without one, the value is only checked and returned as it is).
+    """
     if params is None:
         params = {}
     if not isinstance(params, Mapping):
@@ -58,46 +65,92 @@ def validate_params(flow: Flow, params: Any, seed: int | None,
         values[SEED_INPUT] = seed
     checked: dict[str, Any] = {}
     for name, spec in flow.inputs.items():
-        if name not in values:
-            if spec.required:
-                hint = " (or pass seed=)" if name == SEED_INPUT else ""
-                raise RunRejected(
-                    f"flow {flow.name!r} needs input {name!r} ({spec.type_name}); give it as a parameter{hint}"
-                )
-            try:
-                checked[name] = to_jsonable_python(spec.default)
-            except Exception:
-                raise RunRejected(f"the default of input {name!r} of flow {flow.name!r} ({spec.default!r}) cannot "
-                                  "be stored as JSON; give a JSON value as the default, or pass the input") from None
-            continue
-        given = values[name]
-        if is_ref(given):  # an artifact reference written out: checked like the digest it names
-            digest = given[REF_KEY].get("digest") if isinstance(given[REF_KEY], dict) else None
-            given = digest if isinstance(digest, str) else repr(given)
-            if not is_reference(given):
-                raise RunRejected(f"input {name!r}: {values[name]!r} is not an artifact reference")
-        if resolve is not None and is_reference(given):
-            given = values[name] = resolve(name, given)
-        if spec.type is Artifact:
-            if not is_ref(given):
-                raise RunRejected(f"input {name!r} of flow {flow.name!r} takes an artifact; pass its digest "
-                                  "(sha256:…) or a run's output (@run:<id>.<output>)")
-            checked[name] = given
-            continue
-        try:
-            value = spec.adapter().validate_python(given, strict=True)
-        except ValidationError as exc:
-            raise RunRejected(
-                f"input {name!r} of flow {flow.name!r} must be {spec.type_name}, got {values[name]!r} "
-                f"({type(values[name]).__name__}): {exc.errors()[0]['msg']}"
-            ) from None
-        try:
-            checked[name] = to_jsonable_python(value)
-            canonical(checked[name])
-        except Exception:
-            raise RunRejected(f"input {name!r}: {value!r} cannot be stored as JSON (NaN and infinities "
-                              "cannot either)") from None
+        if spec.type is Secret:
+            # Only its name is journaled; the worker that runs the node resolves it (fluksio/execution/secrets.py).
+            if name not in values and spec.required:
+                raise RunRejected(f"flow {flow.name!r} needs input {name!r} (Secret); give the secret's name as "
+                                  f"the parameter (like {name}=HF_TOKEN), and its value to the workers as "
+                                  "FLUKSIO_SECRET_HF_TOKEN or a file in their FLUKSIO_SECRETS_DIR")
+            checked[name] = _secret_name(flow, name, values[name] if name in values else spec.default)
+        elif name not in values:
+            checked[name] = _default(flow, spec)
+        else:
+            checked[name] = _given(flow, spec, values[name], resolve, store)
     return checked
+
+
+def _default(flow: Flow, spec: InputSpec) -> Any:
+    """An input not given: its default, as JSON (an input without one is refused, saying how to give it)."""
+    if spec.required:
+        hint = " (or pass seed=)" if spec.name == SEED_INPUT else ""
+        raise RunRejected(f"flow {flow.name!r} needs input {spec.name!r} ({spec.type_name}); give it as a "
+                          f"parameter{hint}")
+    try:
+        return to_jsonable_python(spec.default)
+    except Exception:
+        raise RunRejected(f"the default of input {spec.name!r} of flow {flow.name!r} ({spec.default!r}) cannot be "
+                          "stored as JSON; give a JSON value as the default, or pass the input") from None
+
+
+def _given(flow: Flow, spec: InputSpec, original: Any, resolve: Callable[[str, str], Any] | None,
+           store: ArtifactStore | None) -> Any:
+    """A given input checked against its type, a reference resolved (when ``resolve`` is given), as JSON."""
+    name, given = spec.name, original
+    if is_ref(given):  # an artifact reference written out: checked like the digest it names
+        digest = given[REF_KEY].get("digest") if isinstance(given[REF_KEY], dict) else None
+        given = digest if isinstance(digest, str) else repr(given)
+        if not is_reference(given):
+            raise RunRejected(f"input {name!r}: {original!r} is not an artifact reference")
+    if resolve is not None and is_reference(given):
+        given = resolve(name, given)
+    unresolved = resolve is None and is_reference(given)  # a check only: resolved when the run is made
+    if spec.type is Artifact:
+        if not is_ref(given) and not unresolved:
+            raise RunRejected(f"input {name!r} of flow {flow.name!r} takes an artifact; pass its digest "
+                              "(sha256:…) or a run's output (@run:<id>.<output>)")
+        return given
+    codec = REGISTRY.for_type(spec.type) if isinstance(spec.type, type) else None
+    if codec is not None:
+        return given if unresolved else _codec_input(flow, name, codec, given, store)
+    try:
+        value = spec.adapter().validate_python(given, strict=True)
+    except ValidationError as exc:
+        raise RunRejected(f"input {name!r} of flow {flow.name!r} must be {spec.type_name}, got {original!r} "
+                          f"({type(original).__name__}): {exc.errors()[0]['msg']}") from None
+    try:
+        jsonable = to_jsonable_python(value)
+        canonical(jsonable)
+    except Exception:
+        raise RunRejected(f"input {name!r}: {value!r} cannot be stored as JSON (NaN and infinities "
+                          "cannot either)") from None
+    return jsonable
+
+
+def _secret_name(flow: Flow, name: str, given: Any) -> str:
+    try:
+        return secret_name(given, f"input {name!r} of flow {flow.name!r}")
+    except ValueError as exc:
+        raise RunRejected(str(exc)) from None
+
+
+def _codec_input(flow: Flow, name: str, codec: Codec, given: Any, store: ArtifactStore | None) -> Any:
+    """An input of a codec's type: a reference to a value of that codec, or the value (stored now)."""
+    if is_ref(given):
+        held = codec_of(given)
+        if held != codec.name:
+            what = f"a value of codec {held!r}" if held else "plain bytes (an Artifact)"
+            raise RunRejected(f"input {name!r} of flow {flow.name!r} takes a {codec.type_name}; "
+                              f"{given[REF_KEY].get('digest')} holds {what}")
+        return given
+    if codec_for(given) is not codec:
+        raise RunRejected(f"input {name!r} of flow {flow.name!r} must be a {codec.type_name}, or a reference to one "
+                          f"(@run:<id>.<output>, sha256:…); got {type(given).__module__}.{type(given).__qualname__}")
+    if store is None:
+        return given
+    try:
+        return store_value(given, codec, store, name)[1]
+    except CodecError as exc:
+        raise RunRejected(f"input {name!r} of flow {flow.name!r} {exc}") from None
 
 
 def check_priority(priority: Any) -> int:
@@ -122,6 +175,18 @@ def check_placeable(flow: Flow, machines: list[Inventory]) -> None:
                 f"embedded machine ({names}) does not carry it. Either run a `fluksio worker --labels "
                 f"{node.device}` with FLUKSIO_BROKER_URL set to a shared broker, give the embedded machine the "
                 f"label (FLUKSIO_LABELS={node.device}), or declare the node with device_policy='prefer'"
+            )
+
+
+def check_pools(flow: Flow, pools: Mapping[str, int]) -> None:
+    """Every pool a node names (in the flow, and in the flows it runs as subflows) is one of the installation's."""
+    for node in (n for f in (flow, *flow.subflows()) for n in f.nodes.values()):
+        if node.pool is not None and node.pool not in pools:
+            known = ", ".join(f"{name} ({slots})" for name, slots in sorted(pools.items())) or "none"
+            raise RunRejected(
+                f"node {node.name!r} of flow {flow.name!r} asks for pool {node.pool!r}, which this installation "
+                f"does not have (its pools: {known}); add it to the pools setting (FLUKSIO_POOLS="
+                f"'{{\"{node.pool}\": 4}}' or a [pools] table in fluksio.toml), or name one of those"
             )
 
 
@@ -154,11 +219,13 @@ def submit_run(
     schedule_tick: datetime | None = None,
     parent_id: str | None = None,
     parent_node: str | None = None,
+    pools: Mapping[str, int] | None = None,
 ) -> tuple[Run, bool]:
     """Journal a run. Returns the row and whether it is new (``False``: an idempotent retry).
 
     ``schedule`` and ``schedule_tick``: the schedule whose tick (a UTC time) submits the run;
-    ``parent_id`` and ``parent_node``: the run and the call (``trial[2]``) whose child run this is.
+    ``parent_id`` and ``parent_node``: the run and the call (``trial[2]``) whose child run this is;
+    ``pools``: the installation's pools, which the flow's nodes must name from (``None``: not checked).
     """
     if idempotency_key is not None:
         if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 200:
@@ -171,9 +238,12 @@ def submit_run(
     check_priority(priority)
     flow = registry.resolve(flow_or_name)
     values = validate_params(flow, params, seed,
-                             resolve=lambda name, value: resolve_reference(db, artifacts, name, value))
+                             resolve=lambda name, value: resolve_reference(db, artifacts, name, value),
+                             store=artifacts)
     if embedded_machines is not None:
         check_placeable(flow, embedded_machines)
+    if pools is not None:
+        check_pools(flow, pools)
     run = Run(
         id=new_run_id(), flow=flow.name, flow_ref=flow_reference(flow), flow_version=flow.version,
         params=values, params_digest=params_digest(values, seed), seed=seed, group_id=group,

@@ -19,6 +19,8 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, Operationa
 from sqlalchemy.orm import Session, sessionmaker
 
 from fluksio.errors import ConfigError, StoreUnavailable
+from fluksio.failures import reason
+from fluksio.outage import Notices
 from fluksio.settings import redact_url
 
 T = TypeVar("T")
@@ -29,6 +31,9 @@ HEAD_REVISION = "0004"
 MIGRATIONS = "fluksio.store:migrations"
 #: How long SQLite waits for another writer before failing, in milliseconds.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: How long connecting to a PostgreSQL server may take, in seconds, unless the URL sets ``connect_timeout``
+#: (libpq's own default waits for the operating system: two minutes and more on a host that drops packets).
+CONNECT_TIMEOUT_S = 5
 
 _upgrade_lock = threading.Lock()
 log = logging.getLogger(__name__)
@@ -43,7 +48,7 @@ def retried(fn: Callable[..., T]) -> Callable[..., T]:
     """Retry a store function (its first argument a :class:`Database`) through a brief outage.
 
     Gives up with :class:`StoreUnavailable` after ``db.outage_s`` seconds; any
-    other database error is raised at once.
+    other database error is raised at once. While it waits, ``db.notices`` says so.
     """
 
     @functools.wraps(fn)
@@ -52,7 +57,7 @@ def retried(fn: Callable[..., T]) -> Callable[..., T]:
         pause = 0.05
         while True:
             try:
-                return fn(db, *args, **kwargs)
+                result = fn(db, *args, **kwargs)
             except DBAPIError as exc:
                 if not _transient(exc):
                     raise
@@ -63,9 +68,14 @@ def retried(fn: Callable[..., T]) -> Callable[..., T]:
                         f"the run store at {redact_url(str(db.url))} was unreachable for {db.outage_s:g} s: "
                         f"{type(exc.orig).__name__}: {str(exc.orig).strip().splitlines()[0] if exc.orig else exc}"
                     ) from None
-                log.warning("run store unreachable (%s); retrying %s", type(exc.orig).__name__, fn.__name__)
+                log.debug("run store unreachable; retrying %s", fn.__name__, exc_info=True)
+                db.notices.waiting(reason(exc), deadline - now)
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
+                continue
+            if deadline is not None:
+                db.notices.over()
+            return result
 
     return wrapper
 
@@ -121,17 +131,26 @@ class Database:
         try:
             self.url = make_url(url)
         except ArgumentError:
-            raise ConfigError(f"database URL {redact_url(url)!r} is not a SQLAlchemy URL") from None
+            raise ConfigError(f"database URL {redact_url(url)!r} is not a SQLAlchemy URL; fluksio supports "
+                              "sqlite:///PATH and postgresql+psycopg://USER@HOST/DB") from None
+        #: Says on the ``fluksio.outage`` logger while a store function waits through an outage.
+        self.notices = Notices(f"run store {redact_url(str(self.url))}")
         self.is_sqlite = self.url.get_backend_name() == "sqlite"
         if self.is_sqlite:
             self._prepare_sqlite_file()
             self.engine = self._sqlite_engine(immediate=False)
             self.write_engine = self._sqlite_engine(immediate=True)
         else:
-            self.engine = create_engine(self.url, pool_pre_ping=True, future=True)
+            self.engine = create_engine(self.url, pool_pre_ping=True, future=True, connect_args=self._connect_args())
             self.write_engine = self.engine
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(self.write_engine, expire_on_commit=False)
+
+    def _connect_args(self) -> dict[str, Any]:
+        if (self.url.get_backend_name() == "postgresql" and self.url.get_driver_name() in ("psycopg", "psycopg2")
+                and "connect_timeout" not in self.url.query):
+            return {"connect_timeout": CONNECT_TIMEOUT_S}
+        return {}
 
     def _prepare_sqlite_file(self) -> None:
         database = self.url.database

@@ -90,6 +90,22 @@ def stale_woken(db: Database, stale_after_s: float, flows: Collection[str]) -> l
 
 
 @retried
+def parked_with_news(db: Database, flows: Collection[str]) -> list[tuple[str, str]]:
+    """Parked runs of ``flows`` with a child that ended after they parked: a wake-up that went astray (the
+    store or broker failed the child as it told its parent). Woken here, in the same UPDATE; returns
+    ``(run id, flow)`` of each, to hand to a driver."""
+    child = Run.__table__.alias("child")
+    news = (select(child.c.id).where(child.c.parent_id == Run.id, child.c.finished_at >= Run.lease_at,
+                                     child.c.status.in_([s.value for s in RunStatus if s.is_terminal()]))
+            .exists())
+    with db.write() as session:
+        return [(str(run_id), str(flow)) for run_id, flow in session.execute(
+            update(Run).where(Run.status == RunStatus.RUNNING.value, Run.park_state == PARKED,
+                              Run.flow.in_(list(flows)), news)
+            .values(park_state=WOKEN, lease_at=utcnow()).returning(Run.id, Run.flow))]
+
+
+@retried
 def children_of(db: Database, parent_id: str) -> list[Run]:
     """Every child run of ``parent_id``, oldest first."""
     with db.read() as session:

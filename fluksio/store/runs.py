@@ -338,6 +338,38 @@ def flow_names(db: Database) -> list[str]:
 
 
 @retried
+def cancel_requested(db: Database, run_id: str) -> bool:
+    """Whether a cancel of the run was asked for (``cancel`` sets it before it tells the run's driver)."""
+    with db.read() as session:
+        return bool(session.scalar(select(Run.cancel_requested).where(Run.id == run_id)))
+
+
+@retried
+def call_refusal(db: Database, run_id: str, epoch: int, node: str, element: int, attempt: int) -> str | None:
+    """Why a node call may not start now, or ``None`` when it may: its run is ``running`` in the epoch
+    that sent it, and no row of that attempt is journaled yet.
+
+    With signed messages, this is what makes a signed call good for one run of its node: a copy sent
+    again later (a replay, with a grant forged in the placer's books to match) finds its run ended, or
+    resumed, or its attempt journaled. ``element`` is -1 for a node that is not mapped.
+    """
+    with db.read() as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            return f"run {run_id} does not exist"
+        if run.status != RunStatus.RUNNING.value:
+            return f"run {run_id} is {run.status}, not running"
+        if run.resume_count != epoch:
+            return f"the call was sent by drive {epoch} of run {run_id}, and the run is in drive {run.resume_count}"
+        journaled = session.scalar(select(RunNode.id).where(
+            RunNode.run_id == run_id, RunNode.node == node, RunNode.element == element,
+            RunNode.attempt == attempt).limit(1))
+    if journaled is not None:
+        return f"attempt {attempt} of node {node!r} of run {run_id} has ended already"
+    return None
+
+
+@retried
 def node_rows(db: Database, run_id: str) -> list[RunNode]:
     with db.read() as session:
         return list(session.scalars(select(RunNode).where(RunNode.run_id == run_id).order_by(RunNode.id)))

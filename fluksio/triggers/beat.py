@@ -181,7 +181,7 @@ class TableScheduler(Scheduler):
                 db, registry, self.runtime.artifacts, flow,
                 engine=self.runtime.settings.engine, params=spec.params, seed=spec.seed,
                 idempotency_key=tick_key(spec.id, tick), priority=spec.priority, schedule=spec.name,
-                schedule_tick=tick,
+                schedule_tick=tick, pools=self.runtime.settings.pools,
             )
         except StoreUnavailable:
             raise

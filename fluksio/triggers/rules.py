@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fluksio.errors import ConfigError
+from fluksio.settings import read_json_file
 
 #: Where an installation's rules are when ``FLUKSIO_ALERTS`` names no file (relative to the working
 #: directory); absent, no alerts are sent.
@@ -131,16 +132,7 @@ class AlertRule(BaseModel):
 def load_rules(path: str | Path) -> list[AlertRule]:
     """Every rule of the file at ``path``; a :class:`ConfigError` naming each problem if any is wrong."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read alert rules {path}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"alert rules {path} is not valid JSON: {exc.msg} at line {exc.lineno} "
-                          f"column {exc.colno}") from None
-    return parse_rules(data, source=str(path))
+    return parse_rules(read_json_file(path, "alert rules"), source=str(path))
 
 
 def parse_rules(data: Any, source: str = "alert rules") -> list[AlertRule]:

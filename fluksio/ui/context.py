@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import ipaddress
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ from typing import Any, TypeVar
 
 from fluksio.client import Client
 from fluksio.errors import ConfigError
+from fluksio.settings import is_loopback
 
 T = TypeVar("T")
 
@@ -54,16 +54,6 @@ def parse_credentials(entries: tuple[str, ...] | list[str]) -> tuple[str, ...]:
         if not sep or not user or not password:
             raise ConfigError(f"basic auth must be USER:PASSWORD, got {user!r}…; give both, joined by ':'")
     return tuple(entries)
-
-
-def is_loopback(address: str) -> bool:
-    """Whether only this host can reach ``address`` (``''`` and ``0.0.0.0`` mean every interface)."""
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
 
 
 def check_bind(address: str, credentials: tuple[str, ...]) -> None:

@@ -16,8 +16,7 @@ from typing import Any
 
 from tornado.template import Loader, Template
 
-from fluksio.settings import Settings
-from fluksio.ui.context import is_loopback
+from fluksio.settings import Settings, is_loopback
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The Celery app of an installation: JSON only, late acks, one message at a time."""
+"""The Celery app of an installation: JSON only (signed, with FLUKSIO_SIGNING_*), late acks, one message at a time."""
 
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ from fluksio.execution.task import register_call_task
 from fluksio.execution.warm import StartOnGpus
 from fluksio.runs.lease import Sweeper
 from fluksio.runs.runtime import Runtime
-from fluksio.settings import Settings
+from fluksio.settings import Settings, verified_redis_url
+from fluksio.worker.signing import secure, signing_config
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
     config: dict[str, Any] = {
-        "broker_url": settings.broker_url,
+        # A rediss:// URL verifies the server's certificate unless it says otherwise (kombu would not).
+        "broker_url": verified_redis_url(settings.broker_url),
         # JSON only: a pickled message is refused before it is decoded, let alone executed.
         "task_serializer": "json",
         "result_serializer": "json",
@@ -41,9 +43,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_send_sent_event": settings.task_events,
         "worker_send_task_events": settings.task_events,
         "fluksio_embedded": settings.embedded,
+        # With FLUKSIO_SIGNING_*: tasks (and control commands) signed, and only signed ones accepted.
+        **signing_config(settings),
     }
     if settings.result_backend:
-        config["result_backend"] = settings.result_backend
+        config["result_backend"] = verified_redis_url(settings.result_backend)
     return config
 
 
@@ -53,6 +57,7 @@ def create_app(settings: Settings, runtime: Runtime, *, start_on_gpus: StartOnGp
     granted GPUs (a node worker with GPUs forks them warm: fluksio/execution/warm.py)."""
     app = Celery("fluksio", set_as_current=False)
     app.conf.update(celery_config(settings), **overrides)
+    secure(app, settings)
     app.fluksio_runtime = runtime  # type: ignore[attr-defined]
     if runtime.hand_over is None:  # every app of one runtime talks to the same broker: the first one will do
         runtime.hand_over = lambda run_id, flow: send_drive(app, run_id, flow)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from celery import Celery
 
+from fluksio.runs.broker import wait_for_broker
 from fluksio.runs.runtime import Runtime
 from fluksio.settings import Settings
 from fluksio.triggers.beat import TableScheduler
@@ -24,7 +25,8 @@ def start_beat(app: Celery, loglevel: str) -> None:
 def run_beat(settings: Settings, loglevel: str) -> None:
     """The distributed beat: ticks are journaled in the shared run store and handed to the drivers' queue."""
     require_distributed(settings)
-    runtime = Runtime.distributed(settings)
+    runtime = Runtime.distributed(settings)  # a run store it cannot open ends it here
+    wait_for_broker(settings)  # a broker not up yet is said at once, then waited for (as a worker does)
     app = create_app(settings, runtime)
     try:
         start_beat(app, loglevel)

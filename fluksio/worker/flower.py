@@ -15,6 +15,7 @@ from celery import Celery
 from fluksio.errors import ConfigError
 from fluksio.settings import Settings
 from fluksio.worker.app import celery_config
+from fluksio.worker.signing import secure
 
 #: The run id, node and attempt in the kwargs repr of a node call (``{'call': {'call_id': …, 'run_id': …}}``).
 _CALL_FIELD = re.compile(r"'(run_id|node|attempt)': '?([^',}]+)'?")
@@ -29,6 +30,7 @@ def flower_app(settings: Settings) -> Celery:
             "broker your `fluksio worker`s use")
     app = Celery("fluksio", set_as_current=False)
     app.conf.update(celery_config(settings))
+    secure(app, settings)  # Flower's control commands (enable_events, revoke …) are signed like any task
     return app
 
 

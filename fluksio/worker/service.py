@@ -18,10 +18,12 @@ from celery.signals import worker_process_init, worker_ready, worker_shutting_do
 from fluksio.constants import CHANGES_CHANNEL, DRIVERS_QUEUE
 from fluksio.errors import ConfigError
 from fluksio.execution.isolated import die_with_parent, run_in_child
+from fluksio.execution.lost import settle_lost_calls
 from fluksio.execution.warm import StartOnGpus, WarmStarts
 from fluksio.placement.redis import RedisBooks
 from fluksio.provisioners import Poller
 from fluksio.routing import node_queues
+from fluksio.runs.broker import wait_for_broker
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import Inventory
 from fluksio.settings import Settings, require_redis_broker
@@ -29,6 +31,7 @@ from fluksio.triggers.alerts import attach_alerts, load_alert_rules
 from fluksio.worker.app import create_app, start_sweeper
 from fluksio.worker.heartbeat import Heartbeat
 from fluksio.worker.idle import IdleExit, celery_busy, grants_held
+from fluksio.worker.signing import introduce
 
 log = logging.getLogger(__name__)
 
@@ -55,16 +58,18 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
     # Started first, so that it loads the flows while this process does; the pool forks after it is ready.
     warm = WarmStarts.start() if settings.gpu_fork_server and inventory.gpus else None
     try:
-        runtime = Runtime.distributed(settings, machine=inventory.name)
+        runtime = Runtime.distributed(settings, machine=inventory.name)  # a run store it cannot open ends it here
+        wait_for_broker(settings)  # a broker not up yet is said at once, then waited for (as Celery does)
     except BaseException:
         if warm is not None:
             warm.close()
         raise
     books = runtime.placer.books
     assert isinstance(books, RedisBooks)
-    start_on_gpus = _warm_or_fresh(warm, inventory.name)
-    app = create_app(settings, runtime, start_on_gpus=start_on_gpus)
+    app = create_app(settings, runtime, start_on_gpus=_warm_or_fresh(warm, inventory.name))
+    introduction = introduce(runtime, f"nodes@{inventory.name}")
     _fresh_connections_after_fork(runtime)
+    settle_lost_calls(runtime)  # a pool process killed mid-call (the OOM killer) ends its call here
     if with_drivers:
         load_alert_rules(settings)  # a bad rules file stops this command, not just its drivers' process
     drivers = _spawn_driver_process(inventory.name, loglevel) if with_drivers else None
@@ -92,6 +97,7 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
         if idle is not None:
             idle.stop()
         heartbeat.stop()
+        introduction.withdraw()
         try:
             books.detach(inventory.name)
         except Exception:
@@ -134,8 +140,10 @@ def _stop_child(child: subprocess.Popen[bytes]) -> None:
 def run_driver_worker(settings: Settings, name: str, loglevel: str, with_beat: bool = False) -> None:
     require_distributed(settings)
     runtime = Runtime.distributed(settings, machine=name)
+    wait_for_broker(settings)
     attach_alerts(runtime)  # drivers end runs, and their sweeper abandons runs: both tell the alerts
     app = create_app(settings, runtime)
+    introduction = introduce(runtime, f"drivers@{name}")
     sweeper = start_sweeper(app, runtime)
     poller = start_poller(runtime)
     beat = spawn_beat_process(loglevel) if with_beat else None
@@ -153,6 +161,7 @@ def run_driver_worker(settings: Settings, name: str, loglevel: str, with_beat: b
         worker.start()
         code = worker.exitcode
     finally:
+        introduction.withdraw()
         sweeper.stop()
         if beat is not None:
             _stop_child(beat)

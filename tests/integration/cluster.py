@@ -17,10 +17,13 @@ from fluksio import Client, Settings, connect
 from tests.integration.servers import RedisServer
 
 FLOWS_FILE = Path(__file__).with_name("cluster_flows.py")
+#: Settings a test may give the installation through ``env`` that its clients here use too.
+PASSED_SETTINGS = ("signing_key", "signing_certificate", "signing_cert_store", "secrets_dir")
 
 
 class Cluster:
-    def __init__(self, workdir: Path, redis_server: RedisServer, database_url: str | None = None) -> None:
+    def __init__(self, workdir: Path, redis_server: RedisServer, database_url: str | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.workdir = workdir
         self.redis = redis_server
         self.marks = workdir / "marks"
@@ -37,12 +40,16 @@ class Cluster:
             "FLUKSIO_CONFIG": str(workdir / "none.toml"),
             "TEST_FLUKSIO_MARKS": str(self.marks),
         })
+        self.env.update(env or {})  # what every process of the installation gets besides (signing, secrets …)
 
     def settings(self) -> Settings:
+        """The installation's settings, for a client in this (the test's) process."""
+        passed = {name: self.env[f"FLUKSIO_{name.upper()}"] for name in PASSED_SETTINGS
+                  if f"FLUKSIO_{name.upper()}" in self.env}
         return Settings(
             broker_url=self.env["FLUKSIO_BROKER_URL"], database_url=self.env["FLUKSIO_DATABASE_URL"],
             artifacts_dir=self.env["FLUKSIO_ARTIFACTS_DIR"], flows=self.env["FLUKSIO_FLOWS"].split(","),
-            heartbeat_interval_s=0.5, heartbeat_ttl_s=2, lease_interval_s=1,
+            heartbeat_interval_s=0.5, heartbeat_ttl_s=2, lease_interval_s=1, **passed,
         )
 
     def client(self) -> Client:
@@ -109,11 +116,9 @@ def running_cluster(workdir: Path, workers: dict[str, tuple[str, ...]], database
                     env: dict[str, str] | None = None, **redis_options: object) -> Iterator[Cluster]:
     """A redis-server and the named `fluksio worker`s (name → flags), all attached; stopped afterwards.
 
-    ``env`` adds to (or replaces in) the environment every worker starts with.
-    """
+    ``env``: variables every worker (and :meth:`Cluster.settings`) gets besides the installation's own."""
     server = RedisServer(workdir / "redis", **redis_options).start()  # type: ignore[arg-type]
-    setup = Cluster(workdir, server, database_url)
-    setup.env.update(env or {})
+    setup = Cluster(workdir, server, database_url, env)
     try:
         for name, flags in workers.items():
             setup.start_worker(name, *flags)

@@ -39,27 +39,49 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """A real redis-server; with ``password`` it requires AUTH, with ``tls`` it speaks only TLS (self-signed)."""
+    """A real redis-server; with ``password`` it requires AUTH, with ``tls`` it speaks only TLS.
 
-    def __init__(self, workdir: Path, password: str | None = None, tls: bool = False) -> None:
+    TLS: the server's certificate (for 127.0.0.1) is signed by a CA made here with openssl, and ``url``
+    verifies it (``ssl_ca_certs`` names that CA, ``ssl_cert_reqs=required``). With ``client_certs`` the
+    server also asks clients for a certificate that CA signed, and ``url`` carries one.
+    """
+
+    def __init__(self, workdir: Path, password: str | None = None, tls: bool = False,
+                 client_certs: bool = False) -> None:
         self.port = free_port()
         self.password = password
         self.tls = tls
+        self.client_certs = client_certs
+        self.workdir = workdir
+        self.tls_dir = workdir / "tls"
         auth = f":{password}@" if password else ""
         scheme = "rediss" if tls else "redis"
-        query = "?ssl_cert_reqs=none" if tls else ""
+        query = f"?ssl_cert_reqs=required&ssl_ca_certs={self.tls_dir / 'ca.pem'}" if tls else ""
+        if client_certs:
+            query += f"&ssl_certfile={self.tls_dir / 'client.pem'}&ssl_keyfile={self.tls_dir / 'client.key'}"
         self.url = f"{scheme}://{auth}127.0.0.1:{self.port}/0{query}"
-        self.workdir = workdir
         self.process: subprocess.Popen[bytes] | None = None
 
     def _tls_arguments(self) -> list[str]:
-        cert, key = self.workdir / "redis.crt", self.workdir / "redis.key"
-        if not cert.exists():
-            subprocess.run([need("openssl"), "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                            "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                           check=True, capture_output=True, timeout=60)
-        return ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(cert), "--tls-key-file",
-                str(key), "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"]
+        folder = self.tls_dir
+        if not (folder / "server.pem").exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            openssl = need("openssl")
+
+            def run(*args: str) -> None:
+                subprocess.run([openssl, *args], cwd=folder, check=True, capture_output=True, timeout=60)
+
+            run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=fluksio-test-ca",
+                "-keyout", "ca.key", "-out", "ca.pem")
+            (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+            for name in ("server", "client"):
+                run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key",
+                    "-out", f"{name}.csr")
+                run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                    "-days", "2", "-extfile", "san.ext", "-out", f"{name}.pem")
+        return ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(folder / "server.pem"),
+                "--tls-key-file", str(folder / "server.key"), "--tls-ca-cert-file", str(folder / "ca.pem"),
+                "--tls-auth-clients", "yes" if self.client_certs else "no"]
 
     def start(self) -> RedisServer:
         binary = need("redis-server")

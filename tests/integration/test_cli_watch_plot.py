@@ -19,7 +19,7 @@ import redis
 from rich.console import Console
 
 from fluksio import Client, RunStatus
-from fluksio.cli import render
+from fluksio.cli import live
 from fluksio.constants import EVENTS_CHANNEL
 from fluksio.store.metrics import latest_metrics
 from tests.integration import cluster_flows as flows
@@ -242,7 +242,7 @@ def cells(line: str) -> list[str]:
 def test_the_live_display_shows_what_runs_where_what_waits_and_why_and_the_latest_metrics(
         cluster: Cluster, client: Client) -> None:
     frames: list[str] = []
-    activity = render.RunActivity()
+    activity = live.RunActivity()
     unsubscribe = client.runtime.events.subscribe(activity.observe)  # before submit: no event is missed
     try:
         other = client.submit(flows.gated, {"tag": "live-other"})
@@ -252,7 +252,7 @@ def test_the_live_display_shows_what_runs_where_what_waits_and_why_and_the_lates
         (cluster.marks / "live-other.go").write_text("go")
         deadline = time.monotonic() + 60
         while not (record := client.get(run.id)).status.is_terminal() and time.monotonic() < deadline:
-            frames.append(frame(render.progress_view(record, 8, latest_metrics(client.runtime.db, run.id),
+            frames.append(frame(live.progress_view(record, 8, latest_metrics(client.runtime.db, run.id),
                                                      activity)))
             time.sleep(0.05)
     finally:
@@ -268,7 +268,7 @@ def test_the_live_display_shows_what_runs_where_what_waits_and_why_and_the_lates
     assert waiting and all(len(line.split()) > 4 for line in waiting), busy[0]  # a reason after the node name
     assert any(f.startswith("running") and "nodes done" in f for f in frames)
     metered = client.submit(flows.metered, {"lr": 0.5, "steps": 4, "pause": 0.0}).wait(timeout=60)
-    final = frame(render.progress_view(metered, 3, latest_metrics(client.runtime.db, metered.id)))
+    final = frame(live.progress_view(metered, 3, latest_metrics(client.runtime.db, metered.id)))
     assert final.splitlines()[0].startswith("ok  3/3 nodes done")
     assert f"loss {1.5 * 0.75 ** 4:.4g} (step 3)" in final
 

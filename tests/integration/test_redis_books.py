@@ -3,9 +3,12 @@ no over-commit between racing placers, and machines that attach, die or restart 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -19,7 +22,7 @@ from fluksio.placement.placer import Placer, Request, Waiting
 from fluksio.placement.redis import RedisBooks
 from fluksio.schemas import DevicePolicy, Grant, Inventory, Resources
 from tests.integration.servers import RedisServer
-from tests.unit.placement import test_placer
+from tests.unit.placement import test_placer, test_turns
 
 pytestmark = pytest.mark.integration
 
@@ -30,8 +33,8 @@ def connect(redis_server: RedisServer) -> Iterator:
     redis.Redis.from_url(redis_server.url).flushall()
     made: list[RedisBooks] = []
 
-    def books(heartbeat_ttl_s: float = 60, client: redis.Redis | None = None) -> RedisBooks:
-        made.append(RedisBooks(client or redis.Redis.from_url(redis_server.url), heartbeat_ttl_s))
+    def books(heartbeat_ttl_s: float = 60, client: redis.Redis | None = None, clock=time.time) -> RedisBooks:
+        made.append(RedisBooks(client or redis.Redis.from_url(redis_server.url), heartbeat_ttl_s, clock=clock))
         return made[-1]
 
     yield books
@@ -62,12 +65,27 @@ BEHAVIOURS = [name for name, test in vars(test_placer).items() if name.startswit
               and name not in NOT_ON_REDIS and "books" not in test.__code__.co_varnames]
 
 
+#: Fair sharing (test_turns): every test, on Redis books.
+TURNS = [name for name in vars(test_turns) if name.startswith("test_")]
+
+
+def on_redis(connect):  # noqa: ANN001, ANN201
+    """``Placer(…)`` as test_placer and test_turns call it, built on Redis books (that read the test's clock)."""
+    return lambda books=None, provisioner_shapes=(), clock=time.time, **options: Placer(
+        connect(clock=clock), provisioner_shapes, clock=clock, **options)
+
+
 @pytest.mark.parametrize("behaviour", BEHAVIOURS)
 def test_the_placer_behaves_the_same_on_redis_books(behaviour: str, connect, monkeypatch) -> None:
     # test_placer builds its placers with Placer(…): here each is built on Redis books instead.
-    monkeypatch.setattr(test_placer, "Placer", lambda books=None, provisioner_shapes=(): Placer(
-        connect(), provisioner_shapes))
+    monkeypatch.setattr(test_placer, "Placer", on_redis(connect))
     getattr(test_placer, behaviour)()
+
+
+@pytest.mark.parametrize("case", TURNS)
+def test_waiting_calls_take_their_turns_the_same_on_redis_books(case: str, connect, monkeypatch) -> None:
+    monkeypatch.setattr(test_turns, "Placer", on_redis(connect))
+    getattr(test_turns, case)()
 
 
 def test_detach_returns_the_grants_the_machine_held(connect) -> None:
@@ -112,6 +130,12 @@ def test_a_claim_is_one_round_trip_and_so_is_a_give_back(connect, redis_server: 
         placer.release(unlabelled)
         placer.release(labelled)
     assert CountingConnection.sent == ["EVALSHA"] * 80  # 40 claims, 40 give-backs, nothing else
+    held = placer.try_claim(Request("hog", Resources(cpus=8), "m001"))
+    CountingConnection.sent.clear()
+    for i in range(20):  # waiting (listed, in its turn, with its reason) costs the claim's one round trip too
+        assert isinstance(placer.try_claim(Request("waits", Resources(cpus=2), "m001", priority=i % 3)), Waiting)
+    assert CountingConnection.sent == ["EVALSHA"] * 20
+    placer.release(held)
 
 
 # -- the same choices as memory books -----------------------------------------------------------------
@@ -223,6 +247,35 @@ def test_many_placers_fill_a_machine_exactly(connect) -> None:
     assert len(gpu_ids) == len(set(gpu_ids)) <= 3
     [box] = placers[1].books.machines()
     assert box.free.cpus == 0 and box.calls == 5
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_driver_processes_racing_for_a_freed_gpu_get_it_in_their_turns(connect, redis_server: RedisServer) -> None:
+    books = connect()
+    placer = Placer(books)
+    placer.attach(machine("box", cpus=8, gpus=(0,), labels=("gpu",)))
+    hog = placer.try_claim(Request("hog", Resources(cpus=1, gpus=1), "gpu"))
+    calls = [("low-a", 0), ("low-b", 0), ("mid", 5), ("low-c", 0), ("high", 10)]
+    drivers = []
+    try:
+        for call_id, priority in calls:  # one process each, listing its call in this order (so by age)
+            drivers.append(subprocess.Popen([sys.executable, "-m", "tests.integration.placer_driver",
+                                             redis_server.url, call_id, str(priority)], cwd=ROOT))
+            assert books.redis.blpop(["ready"], timeout=60) == (b"ready", call_id.encode())
+        for call_id, _priority in calls:
+            books.redis.rpush(f"go:{call_id}", 1)
+        placer.release(hog)  # every driver is woken and claims at once; each gets the GPU only in its turn
+        for driver in drivers:
+            assert driver.wait(60) == 0
+    finally:
+        for driver in drivers:
+            if driver.poll() is None:
+                driver.kill()
+                driver.wait(10)
+    assert [c.decode() for c in books.redis.lrange("order", 0, -1)] == ["high", "mid", "low-a", "low-b", "low-c"]
+    assert placer.snapshot()["waiting"] == []
 
 
 # -- machines attaching, dying, restarting --------------------------------------------------------------

@@ -27,7 +27,9 @@ LAYERS: list[set[str]] = [
     {"triggers", "driver", "execution"},
     {"runs"},
     {"provisioners"},
-    {"placement", "store", "artifacts", "codecs", "flows", "routing", "messages"},
+    {"codecs"},                                    # a codec's value is stored as an artifact
+    {"placement", "store", "artifacts", "flows", "routing", "messages"},
+    {"failures", "outage"},                        # why a connection failed, in words; notices during an outage
     {"settings", "schemas"},
     {"constants", "errors"},
 ]
@@ -39,9 +41,9 @@ FORBIDDEN = frozenset({"celery", "kombu", "sqlalchemy", "redis", "alembic"})
 PURE = [
     "fluksio.flows.flow", "fluksio.flows.node", "fluksio.flows.validation", "fluksio.flows.source",
     "fluksio.placement.books", "fluksio.placement.clamp", "fluksio.placement.backend", "fluksio.placement.memory",
-    "fluksio.placement.placer",
-    "fluksio.driver.walk", "fluksio.driver.verdict", "fluksio.driver.rows", "fluksio.driver.restore",
-    "fluksio.driver.waitlists",
+    "fluksio.placement.placer", "fluksio.placement.turns",
+    "fluksio.driver.walk", "fluksio.driver.retrying", "fluksio.driver.verdict", "fluksio.driver.rows",
+    "fluksio.driver.restore", "fluksio.driver.waitlists",
     "fluksio.runs.cache_key", "fluksio.messages", "fluksio.routing", "fluksio.schemas", "fluksio.store.rows",
 ]
 

@@ -195,3 +195,56 @@ def test_redact_url_hides_passwords(url, expected):
 @pytest.mark.parametrize("url", ["memory://", "redis://host:6379/0", "redis://user@host/0", "sqlite:///.fluksio/x.db"])
 def test_redact_url_leaves_urls_without_a_password_alone(url):
     assert redact_url(url) == url
+
+
+def test_secret_values_in_the_environment_are_no_settings_and_no_mistake(monkeypatch):
+    monkeypatch.setenv("FLUKSIO_SECRET_HF_TOKEN", "hf_value")
+    monkeypatch.setenv("FLUKSIO_SECRETS_DIR", "/run/secrets")
+    settings = load_settings()
+    assert settings.secrets_dir == Path("/run/secrets")
+    assert "hf_value" not in settings.model_dump_json()
+
+
+def test_signing_needs_all_three_files_and_says_which_are_missing(monkeypatch):
+    assert not Settings().signing
+    monkeypatch.setenv("FLUKSIO_SIGNING_KEY", "/keys/me.key")
+    with pytest.raises(ConfigError, match="FLUKSIO_SIGNING_CERTIFICATE, FLUKSIO_SIGNING_CERT_STORE are not set"):
+        load_settings()
+    monkeypatch.setenv("FLUKSIO_SIGNING_CERTIFICATE", "/keys/me.pem")
+    monkeypatch.setenv("FLUKSIO_SIGNING_CERT_STORE", "/keys/trusted")
+    settings = load_settings()
+    assert settings.signing and settings.signing_cert_store == Path("/keys/trusted")
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("rediss://:pw@h:6380/0", "rediss://:pw@h:6380/0?ssl_cert_reqs=required"),
+    ("rediss://h/0?ssl_ca_certs=/etc/ca.pem", "rediss://h/0?ssl_ca_certs=/etc/ca.pem&ssl_cert_reqs=required"),
+    ("rediss://h/0?ssl_cert_reqs=none", "rediss://h/0?ssl_cert_reqs=none"),
+    ("redis://h/0", "redis://h/0"),
+    ("memory://", "memory://"),
+])
+def test_a_rediss_url_verifies_the_server_unless_it_says_otherwise(url, expected):
+    from fluksio.settings import verified_redis_url
+
+    assert verified_redis_url(url) == expected
+
+
+def test_pools_come_from_the_environment_as_json(monkeypatch):
+    monkeypatch.setenv("FLUKSIO_POOLS", '{"licenses": 4, "db": 1}')
+    assert load_settings().pools == {"licenses": 4, "db": 1}
+
+
+def test_pools_come_from_a_pools_table_in_fluksio_toml(tmp_path):
+    (tmp_path / "fluksio.toml").write_text("[pools]\nlicenses = 4\nshared_db = 2\n")
+    assert load_settings().pools == {"licenses": 4, "shared_db": 2}
+
+
+@pytest.mark.parametrize(("pools", "complaint"), [
+    ('{"licenses": 0}', "pool 'licenses' must have at least 1 slot, got 0"),
+    ('{"two words": 1}', "pool name 'two words' is not valid"),
+    ('{"licenses": "many"}', "pools.licenses"),
+])
+def test_a_bad_pool_is_a_config_error_naming_it(monkeypatch, pools, complaint):
+    monkeypatch.setenv("FLUKSIO_POOLS", pools)
+    with pytest.raises(ConfigError, match=complaint):
+        load_settings()

@@ -250,7 +250,8 @@ def test_max_parallel_needs_a_map_and_a_positive_count():
 
 def test_a_misspelt_node_option_names_the_options_there_are():
     flow = Flow("typo")
-    with pytest.raises(FlowError, match=r"unknown option\(s\) 'retry' \(did you mean 'retries'\?\); the options"):
+    with pytest.raises(FlowError,
+                       match=r"unknown option\(s\) 'retry' \(did you mean 'retry_on' or 'retries'\?\); the options"):
         flow.node(lambda: 1, name="a", provides="b", requires=[], retry=3)
 
 

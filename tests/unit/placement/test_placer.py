@@ -289,8 +289,9 @@ def test_snapshot_lists_each_machine_s_grants_by_call_id_until_given_back():
     fit = placer.try_claim(req("R1.fit.1", cpus=2, gpus=2, ram_mb=500, device="gpu"))
     load = placer.try_claim(req("R1.load.1", cpus=1))
     assert isinstance(fit, Grant) and isinstance(load, Grant)
-    assert seen(placer, "box")["grants"] == [{"id": "R1.fit.1", "cpus": 2, "gpus": list(fit.gpus), "ram_mb": 500}]
-    assert seen(placer, "cpu")["grants"] == [{"id": "R1.load.1", "cpus": 1, "gpus": [], "ram_mb": 0}]
+    assert seen(placer, "box")["grants"] == [{"id": "R1.fit.1", "cpus": 2, "gpus": list(fit.gpus), "ram_mb": 500,
+                                              "pool": None}]
+    assert seen(placer, "cpu")["grants"] == [{"id": "R1.load.1", "cpus": 1, "gpus": [], "ram_mb": 0, "pool": None}]
     placer.release(fit)
     assert seen(placer, "box")["grants"] == [] and seen(placer, "cpu")["calls"] == 1
 
@@ -377,28 +378,30 @@ class CountingBooks(MemoryBooks):
         super().__init__()
         self.counts: Counter[str] = Counter()
 
-    def note_waiting(self, waiting) -> None:
-        self.counts["note_waiting"] += 1
-        super().note_waiting(waiting)
-
     def forget_waiting(self, call_id: str) -> None:
         self.counts["forget_waiting"] += 1
         super().forget_waiting(call_id)
+
+    def claim(self, *args, **kwargs):
+        self.counts["claim"] += 1
+        return super().claim(*args, **kwargs)
 
     def take_best(self, *args, **kwargs):
         self.counts["take_best"] += 1
         return super().take_best(*args, **kwargs)
 
 
-def test_a_call_granted_at_once_costs_one_take_and_no_waiting_list_write():
+def test_a_claim_is_one_call_on_the_books_granted_or_waiting():
+    # One call: on Redis books, one round trip (see test_redis_books), whatever the claim's outcome.
     books = CountingBooks()
     placer = Placer(books)
-    placer.attach(machine("laptop", cpus=4))
+    placer.attach(machine("laptop", cpus=1))
     assert isinstance(placer.try_claim(req("c1")), Grant)
-    assert books.counts == {"take_best": 1}
+    assert isinstance(placer.try_claim(req("c2")), Waiting)
+    assert books.counts == {"claim": 2}
 
 
-def test_a_call_that_waited_is_taken_off_the_waiting_list_once_granted():
+def test_a_call_that_waited_is_taken_off_the_waiting_list_by_its_grant():
     books = CountingBooks()
     placer = Placer(books)
     placer.attach(machine("laptop", cpus=1))
@@ -408,35 +411,33 @@ def test_a_call_that_waited_is_taken_off_the_waiting_list_once_granted():
     placer.release(first)
     assert isinstance(placer.try_claim(req("c2")), Grant)
     assert books.waiting() == []
-    assert books.counts["forget_waiting"] == 1
+    assert books.counts["forget_waiting"] == 0  # the claim that granted it took it off, in the same step
 
 
-def test_waiting_again_for_the_same_reason_writes_the_waiting_list_once():
-    books = CountingBooks()
-    placer = Placer(books)
-    placer.attach(machine("laptop", cpus=1))
+def test_waiting_again_keeps_the_call_listed_once_with_its_first_wait():
+    clock = Clock()
+    placer = placer_with(machine("laptop", cpus=1), clock=clock)
     placer.try_claim(req("hog"))
+    placer.try_claim(req("c1"))
     for _ in range(5):
+        clock.advance(1)
         assert isinstance(placer.try_claim(req("c1")), Waiting)
-    assert books.counts["note_waiting"] == 1
+    [waiting] = placer.snapshot()["waiting"]
+    assert (waiting["node"], waiting["waiting_s"]) == ("c1", 5.0)
     placer.forget("c1")
-    assert books.waiting() == []
-    placer.try_claim(req("c1"))  # waits again after being forgotten: listed again
-    assert [w.call_id for w in books.waiting()] == ["c1"]
-    assert books.counts["note_waiting"] == 2
+    assert placer.snapshot()["waiting"] == []
+    placer.try_claim(req("c1"))  # waits again after being forgotten: listed again, from now
+    assert [(w["node"], w["waiting_s"]) for w in placer.snapshot()["waiting"]] == [("c1", 0.0)]
 
 
 def test_a_changed_reason_is_written_again():
-    books = CountingBooks()
-    placer = Placer(books)
-    placer.attach(machine("laptop", cpus=1))
+    placer = placer_with(machine("laptop", cpus=1))
     placer.try_claim(req("c1", device="gpu"))
     placer.attach(machine("box", cpus=1, labels=("gpu",)))
     placer.try_claim(req("hog", device="gpu"))
     placer.try_claim(req("c1", device="gpu"))
-    assert books.counts["note_waiting"] == 2
-    [waiting] = [w for w in books.waiting() if w.call_id == "c1"]
-    assert waiting.reason == "waiting for a worker labelled 'gpu' with 1 cpu(s) free"
+    [waiting] = [w for w in placer.snapshot()["waiting"] if w["node"] == "c1"]
+    assert waiting["reason"] == "waiting for a worker labelled 'gpu' with 1 cpu(s) free"
 
 
 class LeavingBooks(MemoryBooks):
@@ -447,12 +448,12 @@ class LeavingBooks(MemoryBooks):
         self.leaving: str | None = leaving
         self.takes = 0
 
-    def take_best(self, candidates, resources, grant_id, clamped_from=None, planned_on=None):
+    def claim(self, ask, planned_on, now, stale_after_s=None):
         self.takes += 1
         if self.leaving is not None:
             self.detach(self.leaving)
             self.leaving = None
-        return super().take_best(candidates, resources, grant_id, clamped_from)
+        return super().claim(ask, planned_on, now, stale_after_s)
 
 
 def test_a_machine_leaving_between_plan_and_take_makes_the_placer_plan_again():

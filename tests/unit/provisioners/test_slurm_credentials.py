@@ -341,3 +341,32 @@ def test_through_ssh_a_slow_login_node_holds_no_caller_up_and_shutdown_leaves_no
     assert [shlex.split(argv[-1]) for argv in cluster.calls[1:]] == [
         ["sbatch", "--parsable"], ["scancel", "5"], ["rm", "-f", "--", f".fluksio/credentials/{request.id}.env"]]
     assert not path.exists() and provisioner.store.live() == []
+
+
+# -- TLS, signing and secrets -----------------------------------------------------------------------------
+
+
+def test_a_slurm_job_gets_the_ca_and_signing_paths_and_never_a_password_or_a_secret(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLUKSIO_SECRET_HF_TOKEN", "hf_never_in_a_script")
+    settings = Settings(broker_url="rediss://:tl5-pw@redis.lab:6380/0?ssl_ca_certs=/etc/fluksio/ca.pem",
+                        database_url="postgresql://u@db/fluksio?sslmode=verify-full&sslrootcert=/etc/fluksio/pg.pem",
+                        signing_key=Path("keys/node.key"), signing_certificate=Path("keys/node.pem"),
+                        signing_cert_store=Path("/etc/fluksio/trusted"), secrets_dir=Path("secrets"),
+                        smtp_host="mail", smtp_password="smtp-pw", ui_basic_auth="ada:ui-pw")
+    environment = worker_environment(settings, tmp_path)
+    script = batch_script(profile(), environment, "/home/me/.fluksio/credentials/r.env")
+    credentials = secret_environment(environment)
+    # The CA paths travel with their URL: in the credentials file when the URL has a password, else the script.
+    assert credentials["FLUKSIO_BROKER_URL"].endswith("?ssl_ca_certs=/etc/fluksio/ca.pem")
+    assert "sslmode=verify-full&sslrootcert=/etc/fluksio/pg.pem" in script
+    # Paths the worker reads are made absolute against the submitting directory.
+    assert f"export FLUKSIO_SIGNING_KEY={tmp_path / 'keys/node.key'}" in script
+    assert f"export FLUKSIO_SECRETS_DIR={tmp_path / 'secrets'}" in script
+    assert "export FLUKSIO_SIGNING_CERT_STORE=/etc/fluksio/trusted" in script
+    for never in ("tl5-pw", "smtp-pw", "ui-pw", "hf_never_in_a_script", "FLUKSIO_SECRET_HF_TOKEN"):
+        assert never not in script
+    # Passwords the job never needs (alerts' SMTP, the explorer's) and secrets' values are not even exported.
+    exported = "".join(environment) + "".join(environment.values())
+    for never in ("smtp-pw", "ui-pw", "hf_never_in_a_script", "FLUKSIO_SECRET_HF_TOKEN"):
+        assert never not in exported

@@ -25,3 +25,42 @@ def test_fluksio_task_events_switches_them_on_from_the_start(monkeypatch, value)
     monkeypatch.setenv("FLUKSIO_TASK_EVENTS", value)
     config = celery_config(Settings(broker_url="redis://127.0.0.1:6390/0"))
     assert config["worker_send_task_events"] is True and config["task_send_sent_event"] is True
+
+
+def test_signing_switches_the_task_serializer_to_auth_and_accepts_nothing_else(tmp_path):
+    config = celery_config(Settings(broker_url="redis://127.0.0.1:6390/0", signing_key=tmp_path / "k",
+                                    signing_certificate=tmp_path / "c", signing_cert_store=tmp_path / "s"))
+    assert config["task_serializer"] == "auth" and config["accept_content"] == ["auth"]
+    assert config["security_key"] == str(tmp_path / "k") and config["security_digest"] == "sha256"
+    assert config["result_accept_content"] == ["json"] and config["event_serializer"] == "json"
+
+
+def test_a_rediss_broker_verifies_its_server_in_celery_too():
+    config = celery_config(Settings(broker_url="rediss://h:6380/0?ssl_ca_certs=/ca.pem",
+                                    result_backend="rediss://h:6380/1"))
+    assert config["broker_url"] == "rediss://h:6380/0?ssl_ca_certs=/ca.pem&ssl_cert_reqs=required"
+    assert config["result_backend"] == "rediss://h:6380/1?ssl_cert_reqs=required"
+
+
+def test_a_signing_mistake_is_one_line_naming_the_file(tmp_path):
+    from fluksio import ConfigError
+    from fluksio.runs.runtime import Runtime
+    from fluksio.worker.app import create_app
+
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'db'}", artifacts_dir=tmp_path / "a",
+                        signing_key=tmp_path / "missing.key", signing_certificate=tmp_path / "c",
+                        signing_cert_store=tmp_path / "s")
+    runtime = Runtime.standalone(settings)
+    with pytest.raises(ConfigError, match=r"FLUKSIO_SIGNING_KEY=.*missing.key: cannot read it"):
+        create_app(settings, runtime)
+
+
+def test_flowers_app_signs_its_control_commands_too(tmp_path):
+    from fluksio.worker.flower import flower_app
+    from tests.certs import self_signed, store_of
+
+    me = self_signed(tmp_path / "ids", "flower")
+    app = flower_app(Settings(broker_url="redis://127.0.0.1:6390/0", signing_key=me.key,
+                              signing_certificate=me.certificate, signing_cert_store=store_of(tmp_path / "s", me)))
+    assert app.conf.task_serializer == "auth" and app.conf.accept_content == ["auth"]
+    assert app.control.mailbox.serializer == "auth"  # enable_events, revoke …: signed like any task

@@ -1,0 +1,42 @@
+"""``fluksio worker``: the Celery worker of one machine (node calls; drivers with ``--drivers``)."""
+
+from __future__ import annotations
+
+import click
+
+from fluksio.settings import load_settings
+
+
+@click.command()
+@click.option("--name", help="Machine name (default: the host name); also a label.")
+@click.option("--labels", help="Labels this machine carries, comma-separated (e.g. gpu,a100).")
+@click.option("--cpus", type=int, help="CPUs to offer (default: the host's); also the node pool's size.")
+@click.option("--gpus", help="GPU ids to offer, e.g. 0,1, or 'none' (default: detected with nvidia-smi).")
+@click.option("--ram-mb", type=int, help="RAM to offer, in MB (default: the host's).")
+@click.option("--drivers", is_flag=True, help="Also run drivers, in a process and pool of their own.")
+@click.option("--drivers-only", is_flag=True, help="Run only drivers (no node calls).")
+@click.option("--beat", is_flag=True, help="Also run `fluksio beat` (the schedules), in a process of its own.")
+@click.option("--profile", type=click.Path(dir_okay=False), help="A worker profile (TOML); flags override it.")
+@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Exit after this many seconds without a node call (for provisioned workers).")
+@click.option("--loglevel", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+def worker(name: str | None, labels: str | None, cpus: int | None, gpus: str | None, ram_mb: int | None,
+           drivers: bool, drivers_only: bool, beat: bool, profile: str | None, idle_timeout: float | None,
+           loglevel: str) -> None:
+    """Run a Celery worker for this machine: node calls on <label>@<name> queues, drivers with --drivers."""
+    from fluksio.worker.inventory import build_inventory
+    from fluksio.worker.profile import WorkerProfile, load_profile
+    from fluksio.worker.service import run_driver_worker, run_node_worker
+
+    settings = load_settings()
+    base = load_profile(profile) if profile else WorkerProfile()
+    inventory = build_inventory(
+        name or base.name, labels if labels is not None else ",".join(base.labels), cpus or base.cpus,
+        gpus if gpus is not None else base.gpus_text, ram_mb if ram_mb is not None else base.ram_mb,
+    )
+    drivers = drivers or base.drivers
+    if drivers_only:
+        run_driver_worker(settings, inventory.name, loglevel.upper(), with_beat=beat)
+    else:
+        run_node_worker(settings, inventory, drivers, loglevel.upper(), idle_timeout_s=idle_timeout, with_beat=beat)

@@ -1,0 +1,136 @@
+"""The codecs fluksio brings: numpy arrays as ``.npy``, pandas frames and series as Parquet, and bytes.
+
+None of them imports numpy, pandas or pyarrow before a value needs it: a process
+that never makes an array never loads numpy. Every one writes and reads without
+pickle: ``.npy`` with ``allow_pickle=False`` (an object array is refused rather
+than pickled), Parquet through pyarrow (a column of Python objects Arrow has no
+type for is refused, naming the column).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import import_module
+from pathlib import Path
+from types import ModuleType
+from typing import Any, BinaryIO
+
+from fluksio.codecs.registry import Codec
+from fluksio.errors import CodecError
+
+#: What ``pip install`` brings numpy, pandas and pyarrow.
+DATA_EXTRA = "fluksio[data]"
+#: The column a Series is stored as, and the schema metadata key that keeps its name (as JSON).
+SERIES_COLUMN, SERIES_NAME_KEY = "values", b"fluksio.series_name"
+
+
+def need(module: str, what: str) -> ModuleType:
+    """``import module``, or :class:`CodecError` saying which extra brings it."""
+    try:
+        return import_module(module)
+    except ImportError:
+        raise CodecError(f"{what} needs the package {module.split('.')[0]!r}, which is not installed here: "
+                         f"pip install '{DATA_EXTRA}'") from None
+
+
+# -- numpy -------------------------------------------------------------------------------------------
+
+
+def write_npy(value: Any, file: BinaryIO) -> None:
+    np = need("numpy", "a numpy array (.npy)")
+    if type(value) not in (np.ndarray, np.memmap):
+        # A masked array or a matrix would come back as a plain array, its mask or shape rules lost.
+        raise CodecError(f"is a {type(value).__module__}.{type(value).__qualname__}; the numpy codec carries "
+                         "plain arrays only: return np.asarray(value) (and a mask as an array of its own), or "
+                         "register a codec for this type")
+    if value.dtype.hasobject:
+        raise CodecError(f"is a numpy array of dtype {value.dtype} (Python objects, shape {value.shape}), which "
+                         "cannot be stored without pickle; convert it to a numeric, string or datetime dtype "
+                         "(e.g. value.astype(str)), or return a list")
+    np.save(file, value, allow_pickle=False)
+
+
+def read_npy(path: Path) -> Any:
+    np = need("numpy", "reading a numpy array (.npy)")
+    return np.load(path, allow_pickle=False)
+
+
+# -- pandas ------------------------------------------------------------------------------------------
+
+
+def _parquet_failure(kind: str, exc: Exception) -> CodecError:
+    reason = "; ".join(str(part) for part in exc.args) or type(exc).__name__
+    return CodecError(f"is a pandas {kind} that Parquet cannot hold: {reason}. Convert that column to a type "
+                      "Arrow knows (numbers, strings, datetimes, lists, dicts), e.g. with .astype(str), or return "
+                      "the value some other way")
+
+
+def _check_exact(value: Any, kind: str) -> None:
+    if type(value) is not getattr(need("pandas", f"a pandas {kind}"), kind):
+        # A subclass (a GeoDataFrame …) would come back as a plain pandas object, its own behaviour lost.
+        raise CodecError(f"is a {type(value).__module__}.{type(value).__qualname__}, a subclass of pandas "
+                         f"{kind}; it would come back as a plain {kind}: register a codec for it, or return "
+                         f"pandas.{kind}(value)")
+
+
+def write_frame(value: Any, file: BinaryIO) -> None:
+    _check_exact(value, "DataFrame")
+    need("pyarrow", "a pandas DataFrame (Parquet)")
+    try:
+        value.to_parquet(file, engine="pyarrow")
+    except (ValueError, TypeError, NotImplementedError) as exc:  # pyarrow's errors are ValueError/TypeError
+        raise _parquet_failure("DataFrame", exc) from None
+
+
+def read_frame(path: Path) -> Any:
+    pd = need("pandas", "reading a pandas DataFrame (Parquet)")
+    need("pyarrow", "reading a pandas DataFrame (Parquet)")
+    return pd.read_parquet(path, engine="pyarrow")
+
+
+def write_series(value: Any, file: BinaryIO) -> None:
+    _check_exact(value, "Series")
+    pa = need("pyarrow", "a pandas Series (Parquet)")
+    parquet = need("pyarrow.parquet", "a pandas Series (Parquet)")
+    try:
+        name = json.dumps(value.name)
+    except (TypeError, ValueError):
+        raise CodecError(f"is a pandas Series named {value.name!r}; only a name JSON can carry (a string, a "
+                         "number, None) is kept: rename it") from None
+    try:
+        table = pa.Table.from_pandas(value.to_frame(name=SERIES_COLUMN))
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        raise _parquet_failure("Series", exc) from None
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), SERIES_NAME_KEY: name.encode()})
+    parquet.write_table(table, file)
+
+
+def read_series(path: Path) -> Any:
+    pd = need("pandas", "reading a pandas Series (Parquet)")
+    parquet = need("pyarrow.parquet", "reading a pandas Series (Parquet)")
+    metadata = parquet.read_schema(path).metadata or {}
+    series = pd.read_parquet(path, engine="pyarrow")[SERIES_COLUMN]
+    series.name = json.loads(metadata.get(SERIES_NAME_KEY, b"null"))
+    return series
+
+
+# -- bytes -------------------------------------------------------------------------------------------
+
+
+def write_bytes(value: bytes, file: BinaryIO) -> None:
+    file.write(value)
+
+
+def read_bytes(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+BUILTIN_CODECS = (
+    Codec("numpy", "numpy:ndarray", write_npy, read_npy, media_type="application/x-npy", suffix=".npy",
+          extra=DATA_EXTRA),
+    Codec("pandas", "pandas:DataFrame", write_frame, read_frame, media_type="application/vnd.apache.parquet",
+          suffix=".parquet", extra=DATA_EXTRA),
+    Codec("pandas.series", "pandas:Series", write_series, read_series,
+          media_type="application/vnd.apache.parquet", suffix=".parquet", extra=DATA_EXTRA),
+    Codec("bytes", bytes, write_bytes, read_bytes, suffix=".bin"),
+)

@@ -1,0 +1,37 @@
+"""The writer codecs write into: every byte reaches the file and the digest, large pieces hashed beside the write."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+
+import pytest
+
+from fluksio.artifacts import LocalArtifactStore
+from fluksio.artifacts.hashing import OVERLAP_BYTES, HashingWriter
+
+
+@pytest.mark.parametrize("sizes", [[0], [10, 1, 0, 7], [OVERLAP_BYTES, 3], [3 * OVERLAP_BYTES + 5, 11, OVERLAP_BYTES]])
+def test_the_digest_and_size_are_those_of_every_byte_written_in_order(sizes):
+    pieces = [os.urandom(n) for n in sizes]
+    target = io.BytesIO()
+    writer = HashingWriter(target)
+    for piece in pieces:
+        assert writer.write(memoryview(piece)) == len(piece)
+    whole = b"".join(pieces)
+    assert target.getvalue() == whole
+    assert writer.digest == "sha256:" + hashlib.sha256(whole).hexdigest()
+    assert writer.size == writer.tell() == len(whole)
+
+
+def test_the_folder_store_keeps_a_stream_under_its_digest_once(tmp_path):
+    store = LocalArtifactStore(tmp_path)
+    data = os.urandom(2 * OVERLAP_BYTES)
+    first = store.put_stream(lambda file: file.write(data), name="x.bin")
+    again = store.put_stream(lambda file: file.write(data), name="y.bin")
+    assert first.digest == again.digest == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert store.get(first.digest) == data and first.read_bytes() == data
+    assert (store.path(first.digest).stat().st_mode & 0o777) == 0o644  # readable by every host and user
+    assert [p.name for p in (tmp_path / "sha256").rglob("*") if p.is_file()] == [first.digest.split(":")[1]]
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -1,0 +1,45 @@
+"""Errors a command meets after it started are said in one sentence too: a subscription Redis never
+confirms, a closed client."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fluksio import connect
+from fluksio.cli.main import cli
+from fluksio.errors import ClientClosed, EventsUnavailable, FluksioError
+from fluksio.outage import LOGGER
+from fluksio.runs.events import MemoryEvents
+from fluksio.settings import Settings
+
+HELLO = Path(__file__).resolve().parents[3] / "examples" / "hello.py"
+
+
+def test_fluksio_run_says_an_unconfirmed_subscription_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unconfirmed(_events: MemoryEvents, _callback: object) -> None:
+        raise EventsUnavailable("the broker at h:6379 did not confirm the subscription to fluksio:events within 10 s")
+
+    monkeypatch.setattr(MemoryEvents, "subscribe", unconfirmed)
+    monkeypatch.chdir(tmp_path)
+    outage = logging.getLogger(LOGGER)  # the command shows outage notices on the terminal: not after this test
+    monkeypatch.setattr(outage, "handlers", list(outage.handlers))
+    monkeypatch.setattr(outage, "level", outage.level)
+    done = CliRunner().invoke(cli, ["run", str(HELLO), "-p", "name=ada"])
+    assert done.exit_code == 2, done.output
+    assert done.output == ("error: the broker at h:6379 did not confirm the subscription to fluksio:events "
+                           "within 10 s\n")
+    assert done.exception is None or isinstance(done.exception, SystemExit)
+
+
+def test_a_closed_client_refuses_with_a_fluksio_error(tmp_path: Path) -> None:
+    client = connect(Settings(database_url=f"sqlite:///{tmp_path / 'runs.db'}", artifacts_dir=tmp_path / "a",
+                              cpus=1))
+    client.close()
+    with pytest.raises(ClientClosed, match=r"client is closed; call fluksio.connect\(\) again") as info:
+        client.submit(str(HELLO), {"name": "ada"})
+    assert isinstance(info.value, FluksioError) and not isinstance(info.value, RuntimeError)

@@ -1,0 +1,42 @@
+"""Submit refuses a node (or a subflow's node) naming a pool the installation does not have, naming the pools."""
+
+from __future__ import annotations
+
+import pytest
+
+from fluksio import Flow
+from fluksio.artifacts.local import LocalArtifactStore
+from fluksio.errors import RunRejected
+from fluksio.flows.registry import FlowRegistry
+from fluksio.runs.submit import submit_run
+from fluksio.store.runs import list_runs
+
+
+def licensed(pool: str) -> Flow:
+    flow = Flow(f"uses_{pool}", outputs=["x"])
+    flow.node(lambda: 1, name="solve", provides="x", requires=[], pool=pool)
+    return flow
+
+
+def submit(db, tmp_path, flow: Flow, pools):  # noqa: ANN001, ANN201
+    return submit_run(db, FlowRegistry(), LocalArtifactStore(tmp_path / "artifacts"), flow, engine="embedded",
+                      pools=pools)
+
+
+def test_a_node_naming_an_unknown_pool_is_refused_before_anything_is_journaled(db, tmp_path):
+    with pytest.raises(RunRejected, match=r"node 'solve' of flow 'uses_gpus' asks for pool 'gpus', which this "
+                                          r"installation does not have \(its pools: db \(1\), licenses \(4\)\)"):
+        submit(db, tmp_path, licensed("gpus"), {"licenses": 4, "db": 1})
+    assert list_runs(db) == []
+
+
+def test_a_subflows_node_counts_too(db, tmp_path):
+    parent = Flow("parent", outputs=["x"])
+    parent.subflow(licensed("gpus"), name="child")
+    with pytest.raises(RunRejected, match="asks for pool 'gpus'.*its pools: none"):
+        submit(db, tmp_path, parent, {})
+
+
+def test_a_known_pool_is_submitted(db, tmp_path):
+    run, created = submit(db, tmp_path, licensed("licenses"), {"licenses": 4})
+    assert created and run.status == "queued"

@@ -42,6 +42,9 @@ class WaitLists:
         self.queues: dict[RequestKind, deque[str]] = {}
         #: Why the head of each blocked queue waits, in words a user reads.
         self.waiting: dict[RequestKind, str] = {}
+        #: The kind of wait of each blocked queue: its reason, less what changes while it waits the same way
+        #: (who is first in the installation's order, how many of a pool's slots are in use).
+        self._category: dict[RequestKind, str] = {}
         self._sizes = sizes
         #: Per kind, how many units of each node are in its queue.
         self._queued: dict[RequestKind, Counter[str]] = {}
@@ -63,11 +66,15 @@ class WaitLists:
         counts[node] += 1
         return self.waiting.get(kind) if counts[node] == 1 else None
 
-    def blocked(self, kind: RequestKind, reason: str) -> list[str]:
-        """The head of ``kind``'s queue cannot be placed, for ``reason``. Returns the nodes queued there when
-        the reason is new (to announce once each), else nothing."""
-        new = self.waiting.get(kind) != reason
+    def blocked(self, kind: RequestKind, reason: str, category: str | None = None) -> list[str]:
+        """The head of ``kind``'s queue cannot be placed, for ``reason``, a wait of ``category`` (default: the
+        reason itself). Returns the nodes queued there when the category is new (to announce once each), else
+        nothing: a waiting call's turn moving up changes its reason at every give-back in the installation, and
+        is not news to announce (nor to write at once: :meth:`status_reason`)."""
+        category = category or reason
+        new = self._category.get(kind) != category
         self.waiting[kind] = reason
+        self._category[kind] = category
         return list(self._queued.get(kind, ())) if new else []
 
     def placed(self, kind: RequestKind) -> None:
@@ -80,6 +87,7 @@ class WaitLists:
             del counts[node]
         if not queue:
             self.waiting.pop(kind, None)
+            self._category.pop(kind, None)
 
     def heads(self) -> Iterator[tuple[RequestKind, str]]:
         """The kind and first unit of each queue with units in it."""
@@ -109,13 +117,15 @@ class WaitLists:
     def clear(self) -> None:
         self.queues.clear()
         self.waiting.clear()
+        self._category.clear()
         self._queued.clear()
 
     def status_reason(self, now: float, every_s: float) -> tuple[bool, str | None]:
         """``(due, reason)``: whether the run's ``status_reason`` should be written now, and what it says.
 
-        Due at once when the kinds of wait change; when only who waits changes (a fan-out moving
-        through its queue), at most once every ``every_s`` seconds — a write per dispatched call would
+        Due at once when the kinds of wait change (their categories: :meth:`blocked`); when only who waits, or
+        the details of the same wait, change (a fan-out moving through its queue, a call's turn moving up), at
+        most once every ``every_s`` seconds — a write per dispatched call would
         cost the driver more than the dispatch. A wait that begins while nothing is said is said only once
         it has lasted ``quiet_s`` (:meth:`said_due_at`); one that ends sooner is never written, nor is its end.
         ``now`` is ``time.monotonic()``.
@@ -136,7 +146,8 @@ class WaitLists:
         reason = "; ".join(parts) or None
         if reason:
             reason = reason[0].upper() + reason[1:]
-        kinds = tuple(sorted(why for kind, why in self.waiting.items() if self.queues.get(kind)))
+        kinds = tuple(sorted(self._category.get(kind, why) for kind, why in self.waiting.items()
+                             if self.queues.get(kind)))
         if self._said is not None or reason is None:
             self._unsaid_since = None
         elif self._unsaid_since is None:

@@ -54,3 +54,18 @@ def test_a_run_without_a_parent_ends_without_reading_its_row_again(make_runtime,
     assert told == []  # it has no parent: nobody to tell, and no read to find that out
     runtime.run_ended(run_id, RunStatus.OK)  # a caller that does not know still asks
     assert told == [run_id]
+
+
+def test_a_turn_moving_up_is_neither_announced_nor_written_at_once() -> None:
+    lists = WaitLists(quiet_s=0.0)
+    lists.add("train", GPU)
+    assert lists.blocked(GPU, "waiting for its turn: … (the first: a of run r1, priority 0)", "behind") == ["train"]
+    assert lists.status_reason(10.0, every_s=5)[0] is True
+    # Another call is first now: the same kind of wait, in other words. Said again within every_s, not at once.
+    assert lists.blocked(GPU, "waiting for its turn: … (the first: b of run r2, priority 0)", "behind") == []
+    assert lists.status_reason(11.0, every_s=5) == (False, "Train: waiting for its turn: … (the first: b of run r2, "
+                                                           "priority 0)")
+    assert lists.status_reason(15.0, every_s=5)[0] is True
+    # Another kind of wait is news at once.
+    assert lists.blocked(GPU, "waiting for a worker labelled 'gpu' with 1 gpu(s) free") == ["train"]
+    assert lists.status_reason(15.1, every_s=5)[0] is True

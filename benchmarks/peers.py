@@ -154,7 +154,8 @@ def measure(length: int, width: int, repeat: int, cpus: int, prefect_python: str
             hop_ms = [s / n_chain * 1000 for s in samples["chain"]]
             rate = [n_fan / s for s in samples["fanout"]]
             figures.append(Figure("peers: chain", f"{n_chain} dependent no-op nodes", "ms per hop", None,
-                                  harness.median(hop_ms), name, baseline_samples=hop_ms))
+                                  harness.median(hop_ms), name, baseline_samples=hop_ms,
+                                  note="= per-task overhead (each no-op task waits for the one before)"))
             figures.append(Figure("peers: fan-out", f"{n_fan} independent no-op nodes", "calls/s", None,
                                   harness.median(rate), name, higher_is_better=True, baseline_samples=rate))
     return figures

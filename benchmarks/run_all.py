@@ -45,6 +45,8 @@ BENCHMARKS: dict[str, dict[str, list[str]]] = {
     "values": {"default": [], "full": []},
     "artifacts_store": {"default": [], "full": ["--size-mb", "2048"]},
     "explorer_api": {"default": [], "full": []},
+    "gpu_start": {"default": [], "full": []},
+    "many_runs": {"default": [], "full": []},
     "peers": {"default": ["--prefect-chain", "40", "--prefect-fanout", "200"], "full": []},
 }
 #: Longest one benchmark process may run, in seconds, by mode.
@@ -82,7 +84,13 @@ def fill_peer_comparisons(figures: list[Figure]) -> None:
             match = ours.get((figure.section.removeprefix("peers: "), figure.unit))
             if match is not None:
                 figure.fluksio = match.fluksio
-                figure.note = (figure.note + "; " if figure.note else "") + "fluksio: its Redis figure above"
+                said = "fluksio: its Redis figure above"
+                if figure.unit == "ms per hop" and figure.fluksio is not None:
+                    # A chain of no-op tasks, each waiting for the one before: what one task costs the framework.
+                    peer = figure.baseline_name.split(" (")[0]
+                    said += (f"; per-task overhead: {peer} {harness.fmt(figure.baseline)} ms, "
+                             f"fluksio {harness.fmt(figure.fluksio)} ms")
+                figure.note = (figure.note + "; " if figure.note else "") + said
 
 
 def markdown_report(figures: list[Figure], command: str, elapsed: dict[str, float], failures: list[str],

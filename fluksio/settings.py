@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     pools: dict[str, int] = Field(default_factory=dict)
     #: Captured logs kept per node call, in characters.
     log_limit_chars: int = Field(default=64_000, ge=0)
+    #: A node worker with GPUs forks each GPU call from a fork server that imported the flows already (warm);
+    #: false: each starts in a fresh interpreter, which imports them again (fluksio/execution/warm.py).
+    gpu_fork_server: bool = True
     #: Celery task events (what Flower shows) from the start. Off, they cost four broker messages per
     #: call that nobody reads; `fluksio flower` switches them on in running workers when it starts.
     task_events: bool = False

@@ -136,7 +136,9 @@ class Dispatcher:
                 asked = ask_for_machine(s.rt, outcome.wanted or asks, spec.device, f"run {s.run_id} node {unit}")
                 if asked:
                     reason = f"{reason}; {asked}"
-            for queued in s.waitlists.blocked(kind, reason):  # only when the reason changes: not per attempt
+            # Announced when the kind of wait changes, not per attempt (nor per move up the installation's order).
+            category = None if outcome.why is Why.MACHINES else outcome.why.value
+            for queued in s.waitlists.blocked(kind, reason, category):
                 self._announce(kind, queued, reason)
             return False
         if outcome.clamped_from is not None:

@@ -18,7 +18,7 @@ from fluksio.driver.restore import restore_earlier
 from fluksio.driver.settling import Settler
 from fluksio.driver.state import Dispatch, DriveState, Revoke
 from fluksio.driver.verdict import End, verdict
-from fluksio.driver.waitlists import WaitLists
+from fluksio.driver.waitlists import QUIET_S, WaitLists
 from fluksio.driver.walk import Walk
 from fluksio.flows.flow import Flow
 from fluksio.messages import Cancel, ChildEnded, Completion, InboxMessage
@@ -52,7 +52,7 @@ class Driver:
             rt=runtime, run_id=run_id, epoch=epoch, flow=flow, walk=walk,
             cache=NodeCache(runtime.db, runtime.artifacts, flow, code_digest, use_cache, walk.inputs_of),
             journal=Journal(runtime.db, runtime.events, run_id), dispatch=dispatch, revoke=revoke,
-            code_digest=code_digest, waitlists=WaitLists(walk.elements),
+            code_digest=code_digest, waitlists=WaitLists(walk.elements, QUIET_S),
         )
         #: A cancel was asked for before this drive began (a parked run woken to carry it out): done first,
         #: before its children's ends (cancelled too) could be taken for failures.
@@ -67,6 +67,8 @@ class Driver:
         self.dispatcher = Dispatcher(self.s, self.settler.unsent, self.children.start)
         #: On shutdown, send the run back to ``queued`` (auto-resume) rather than mark it ``abandoned``.
         self.requeue_on_shutdown = requeue_on_shutdown
+        #: The run is known to have no parent run to tell of its end.
+        self._orphan = run is not None and run.parent_id is None
 
     @property
     def end(self) -> End:
@@ -152,7 +154,7 @@ class Driver:
                 return
             # A retry backing off is woken for here, in the drive's own schedule: it holds no grant meanwhile.
             wake_at = min(next_lease, next_check, s.journal.due_at() or next_check,
-                          self.dispatcher.backoff_due_at() or next_check)
+                          self.dispatcher.backoff_due_at() or next_check, s.waitlists.said_due_at() or next_check)
             message = s.rt.inbox.pop(s.run_id, timeout=max(0.0, wake_at - time.monotonic()))
             now = time.monotonic()
             if now >= next_lease:
@@ -281,7 +283,7 @@ class Driver:
         s = self.s
         ended = verdict(s.walk, s.end)
         run_rows.finish(s.rt.db, s.run_id, ended.status, ended.reason, s.walk.result(), s.epoch)
-        s.rt.run_ended(s.run_id, ended.status)
+        s.rt.run_ended(s.run_id, ended.status, orphan=self._orphan)
         s.rt.events.publish("run_finished", run_id=s.run_id, flow=s.flow.name, status=ended.status.value,
                             reason=ended.reason)
 

@@ -19,6 +19,10 @@ from fluksio.schemas import DevicePolicy, Resources
 
 #: What makes two calls interchangeable to the placer: what they ask for, where, and from which pool.
 RequestKind = tuple[Resources, str | None, DevicePolicy, str | None]
+#: How long a run waits for machines before its ``status_reason`` says so, in seconds. In a busy installation
+#: most calls wait a moment for a slot: writing the reason and then its end costs two store writes per call
+#: (benchmarks/many_runs.py: a fifth of a driver's time), for a reason nobody has time to read.
+QUIET_S = 0.5
 
 
 def kind_of(spec: NodeSpec, asks: Resources | None = None) -> RequestKind:
@@ -34,10 +38,13 @@ class WaitLists:
     the last try; a kind whose queue emptied has none.
     """
 
-    def __init__(self, sizes: Callable[[str], int | None] = lambda node: None) -> None:
+    def __init__(self, sizes: Callable[[str], int | None] = lambda node: None, quiet_s: float = 0.0) -> None:
         self.queues: dict[RequestKind, deque[str]] = {}
         #: Why the head of each blocked queue waits, in words a user reads.
         self.waiting: dict[RequestKind, str] = {}
+        #: The kind of wait of each blocked queue: its reason, less what changes while it waits the same way
+        #: (who is first in the installation's order, how many of a pool's slots are in use).
+        self._category: dict[RequestKind, str] = {}
         self._sizes = sizes
         #: Per kind, how many units of each node are in its queue.
         self._queued: dict[RequestKind, Counter[str]] = {}
@@ -45,6 +52,10 @@ class WaitLists:
         self._said: str | None = None
         self._kinds: tuple[str, ...] = ()
         self._said_at = float("-inf")
+        #: A wait is said once it has lasted this long (seconds); see :data:`QUIET_S`.
+        self.quiet_s = quiet_s
+        #: When the run began to wait with nothing said of it yet (``time.monotonic()``), if it waits.
+        self._unsaid_since: float | None = None
 
     def add(self, unit: str, kind: RequestKind) -> str | None:
         """Queue a ready unit; returns the reason it waits when it is the first of its node to join a queue
@@ -55,11 +66,15 @@ class WaitLists:
         counts[node] += 1
         return self.waiting.get(kind) if counts[node] == 1 else None
 
-    def blocked(self, kind: RequestKind, reason: str) -> list[str]:
-        """The head of ``kind``'s queue cannot be placed, for ``reason``. Returns the nodes queued there when
-        the reason is new (to announce once each), else nothing."""
-        new = self.waiting.get(kind) != reason
+    def blocked(self, kind: RequestKind, reason: str, category: str | None = None) -> list[str]:
+        """The head of ``kind``'s queue cannot be placed, for ``reason``, a wait of ``category`` (default: the
+        reason itself). Returns the nodes queued there when the category is new (to announce once each), else
+        nothing: a waiting call's turn moving up changes its reason at every give-back in the installation, and
+        is not news to announce (nor to write at once: :meth:`status_reason`)."""
+        category = category or reason
+        new = self._category.get(kind) != category
         self.waiting[kind] = reason
+        self._category[kind] = category
         return list(self._queued.get(kind, ())) if new else []
 
     def placed(self, kind: RequestKind) -> None:
@@ -72,6 +87,7 @@ class WaitLists:
             del counts[node]
         if not queue:
             self.waiting.pop(kind, None)
+            self._category.pop(kind, None)
 
     def heads(self) -> Iterator[tuple[RequestKind, str]]:
         """The kind and first unit of each queue with units in it."""
@@ -101,14 +117,18 @@ class WaitLists:
     def clear(self) -> None:
         self.queues.clear()
         self.waiting.clear()
+        self._category.clear()
         self._queued.clear()
 
     def status_reason(self, now: float, every_s: float) -> tuple[bool, str | None]:
         """``(due, reason)``: whether the run's ``status_reason`` should be written now, and what it says.
 
-        Due at once when the kinds of wait change; when only who waits changes (a fan-out moving
-        through its queue), at most once every ``every_s`` seconds — a write per dispatched call would
-        cost the driver more than the dispatch. ``now`` is ``time.monotonic()``.
+        Due at once when the kinds of wait change (their categories: :meth:`blocked`); when only who waits, or
+        the details of the same wait, change (a fan-out moving through its queue, a call's turn moving up), at
+        most once every ``every_s`` seconds — a write per dispatched call would
+        cost the driver more than the dispatch. A wait that begins while nothing is said is said only once
+        it has lasted ``quiet_s`` (:meth:`said_due_at`); one that ends sooner is never written, nor is its end.
+        ``now`` is ``time.monotonic()``.
         """
         parts = []
         for kind, why in self.waiting.items():
@@ -126,8 +146,20 @@ class WaitLists:
         reason = "; ".join(parts) or None
         if reason:
             reason = reason[0].upper() + reason[1:]
-        kinds = tuple(sorted(why for kind, why in self.waiting.items() if self.queues.get(kind)))
+        kinds = tuple(sorted(self._category.get(kind, why) for kind, why in self.waiting.items()
+                             if self.queues.get(kind)))
+        if self._said is not None or reason is None:
+            self._unsaid_since = None
+        elif self._unsaid_since is None:
+            self._unsaid_since = now
+        if self._unsaid_since is not None and now - self._unsaid_since < self.quiet_s:
+            return False, reason  # only just began to wait: said if it lasts
         due = reason != self._said and (kinds != self._kinds or now - self._said_at >= every_s)
         if due:
             self._said, self._kinds, self._said_at = reason, kinds, now
+            self._unsaid_since = None
         return due, reason
+
+    def said_due_at(self) -> float | None:
+        """When a wait not said yet will be (``time.monotonic()``), so that the driver looks again then."""
+        return None if self._unsaid_since is None else self._unsaid_since + self.quiet_s

@@ -25,6 +25,7 @@ from fluksio.execution.ran import Ran
 from fluksio.execution.secrets import carried, hidden, redact, secret_inputs
 from fluksio.execution.secrets import resolve as resolve_secret
 from fluksio.execution.values import encode, receive
+from fluksio.execution.warm import StartOnGpus
 from fluksio.flows.flow import Flow
 from fluksio.flows.node import NodeSpec, error_types
 from fluksio.flows.secret import NAME as SECRET_NAME
@@ -41,12 +42,14 @@ OUT_OF_MEMORY = "out of memory: "
 TIMED_OUT = error_types(TimeoutError())
 
 
-def execute_call(runtime: Runtime, wire: Any) -> None:
+def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_in_child) -> None:
     """Run the call the message ``wire`` describes (see :class:`~fluksio.messages.NodeCall`) and push its completion.
 
     Whatever happens, a call that reached this worker ends with its grant given back and a completion
     in its driver's inbox — else its run would wait for it forever. A message that is not a node call
-    fluksio sends is refused before anything runs (there is nobody to report to).
+    fluksio sends is refused before anything runs (there is nobody to report to). A call granted GPUs runs
+    in a process of its own that sees only them: ``start_on_gpus`` starts it (a fresh interpreter, unless
+    the worker has a fork server: fluksio/execution/warm.py).
     """
     try:
         call = NodeCall.from_wire(wire)
@@ -78,7 +81,7 @@ def execute_call(runtime: Runtime, wire: Any) -> None:
         if node is None:
             raise NodeFailed(f"flow {call.flow!r} has no node {call.node!r} on this worker")
         if grant.gpus:
-            ran = run_in_child(call, grant.gpus, node.timeout_s)
+            ran = start_on_gpus(call, grant.gpus, node.timeout_s)
         else:
             ran = run_node_here(runtime, node, call, secrets=secret_inputs(flow))
         _settle(runtime, call, started, status="ok", outputs=ran.outputs, artifacts=ran.artifacts, logs=ran.logs)

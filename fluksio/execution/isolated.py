@@ -1,10 +1,14 @@
-"""GPU calls run in a fresh interpreter that sees exactly its granted GPUs.
+"""GPU calls run in a process of their own that sees exactly its granted GPUs: here, a fresh interpreter.
 
 CUDA reads ``CUDA_VISIBLE_DEVICES`` once per process, so a pool process that
 ran a call on GPU 0 cannot later run one on GPU 1 by changing the variable. A
 call granted GPUs therefore runs in a child process started with the variable
 set to its grant; the child dies with its parent (a killed or cancelled call
 takes its child with it) and reports on its last stdout line.
+
+A worker with GPUs forks its calls from a warm fork server instead
+(fluksio/execution/forkserver.py, warm.py); this fresh interpreter is what it
+falls back to, and what :func:`run_reported` runs in either.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from fluksio.errors import NodeFailed
 from fluksio.execution.ran import Ran
 from fluksio.flows.node import error_types
 from fluksio.messages import Completion, NodeCall
+from fluksio.runs.runtime import Runtime
 
 #: The child's report is the stdout line that starts with this.
 RESULT_MARKER = "FLUKSIO-RESULT:"
@@ -60,8 +65,13 @@ def run_in_child(call: NodeCall, gpus: tuple[int, ...], timeout_s: float | None)
         raise NodeFailed(f"the process running node {call.node!r} exited with code {done.returncode} before "
                          "reporting", logs=logs)
     # The child reports as a completion would (the same fields, checked the same way).
-    result = Completion.from_wire(json.loads(report[len(RESULT_MARKER):]))
-    logs = "\n".join(part for part in (result.logs or "", noise, done.stderr) if part)
+    return reported(Completion.from_wire(json.loads(report[len(RESULT_MARKER):])), noise, done.stderr)
+
+
+def reported(result: Completion, *noise: str) -> Ran:
+    """What a child's report says the call made (:class:`NodeFailed` if it failed); ``noise``: what else the
+    child wrote to its stdout and stderr (a C library's prints, a crash's traceback), added to its logs."""
+    logs = "\n".join(part for part in (result.logs or "", *noise) if part)
     if not result.ok:
         raise NodeFailed(result.error or "failed", logs=logs, error_types=result.error_types, oom=result.oom)
     return Ran(result.outputs or {}, result.artifacts, logs)
@@ -71,15 +81,15 @@ def _text(value: str | bytes | None) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
 
 
-def main() -> None:
+def run_reported(runtime: Runtime, call: NodeCall) -> Completion:
+    """Run ``call`` in this process, a child that exists for it alone; how it ended, as the child reports it.
+
+    A call claimed with other code than this process loaded is refused: the child imported the flow's files
+    (or its fork server did) after its worker did, and they changed in between.
+    """
     from fluksio.execution.call import run_node_here
     from fluksio.execution.secrets import secret_inputs
     from fluksio.flows.source import short
-    from fluksio.runs.runtime import Runtime
-    from fluksio.settings import load_settings
-
-    call = NodeCall.from_wire(json.loads(sys.stdin.read()))
-    runtime = Runtime.standalone(load_settings())
 
     def report(status: Literal["ok", "error"], ran: Ran | None = None, error: str | None = None,
                logs: str | None = None, failed: NodeFailed | None = None) -> Completion:
@@ -99,12 +109,19 @@ def main() -> None:
                              f"({short(here)} on disk there now, {short(claimed)} in the run's driver): its "
                              f"files changed since `fluksio worker` started on {machine}; restart it (or the "
                              "drivers) so that both load the same code")
-        done = report("ok", run_node_here(runtime, flow.nodes[call.node], call, use_timeout=False,
+        return report("ok", run_node_here(runtime, flow.nodes[call.node], call, use_timeout=False,
                                           secrets=secret_inputs(flow)))
     except NodeFailed as exc:
-        done = report("error", error=str(exc), logs=exc.logs, failed=exc)
+        return report("error", error=str(exc), logs=exc.logs, failed=exc)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the node with it
-        done = report("error", error=f"{type(exc).__name__}: {exc}")
+        return report("error", error=f"{type(exc).__name__}: {exc}")
+
+
+def main() -> None:
+    from fluksio.settings import load_settings
+
+    call = NodeCall.from_wire(json.loads(sys.stdin.read()))
+    done = run_reported(Runtime.standalone(load_settings()), call)
     out = sys.__stdout__
     assert out is not None  # a child started by run_in_child always has its stdout piped
     out.write("\n" + RESULT_MARKER + json.dumps(done.to_wire()) + "\n")

@@ -109,10 +109,11 @@ class Runtime:
                    provisioner=provisioner)
 
     @classmethod
-    def standalone(cls, settings: Settings) -> Runtime:
-        """Just the store, artifacts and flows: for a child process that runs one node call."""
+    def standalone(cls, settings: Settings, registry: FlowRegistry | None = None) -> Runtime:
+        """Just the store, artifacts and flows: for a child process that runs one node call. ``registry``: the
+        flows its fork server loaded already (default: load the installation's flows now)."""
         return cls(settings=settings, db=Database(settings.database_url, outage_s=settings.db_outage_s),
-                   artifacts=open_store(settings), registry=_registry(settings),
+                   artifacts=open_store(settings), registry=registry if registry is not None else _registry(settings),
                    placer=Placer(), inbox=MemoryInbox(), events=MemoryEvents())
 
     def stop_driving(self) -> None:
@@ -124,14 +125,17 @@ class Runtime:
             except Exception:  # the broker may be what is going away
                 log.debug("could not wake the driver of %s", run_id, exc_info=True)
 
-    def run_ended(self, run_id: str, status: RunStatus) -> None:
+    def run_ended(self, run_id: str, status: RunStatus, orphan: bool = False) -> None:
         """A run ended here (its end is written): tell its parent (a subflow's child) and the alerts.
 
-        Never raises: whoever ended the run has done its part; what is told is looked after by others too
-        (a parent woken late is found by the sweepers, see ``store.family.stale_woken``).
+        ``orphan``: the caller knows the run has no parent (a run's parent is fixed when it is submitted), so
+        its row need not be read again to find out — a read per run that a sweep of top-level runs pays for
+        nothing. Never raises: whoever ended the run has done its part; what is told is looked after by others
+        too (a parent woken late is found by the sweepers, see ``store.family.stale_woken``).
         """
         try:
-            family.tell_parent(self, run_rows.get_run(self.db, run_id))
+            if not orphan:
+                family.tell_parent(self, run_rows.get_run(self.db, run_id))
         except Exception:
             log.exception("could not tell the parent of run %s that it ended", run_id)
         if self.alerts is None:

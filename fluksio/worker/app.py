@@ -9,7 +9,9 @@ from celery import Celery
 from fluksio.constants import DRIVE_TASK, DRIVERS_QUEUE
 from fluksio.driver.task import register_drive_task
 from fluksio.execution.interrupt import interrupt
+from fluksio.execution.isolated import run_in_child
 from fluksio.execution.task import register_call_task
+from fluksio.execution.warm import StartOnGpus
 from fluksio.runs.lease import Sweeper
 from fluksio.runs.runtime import Runtime
 from fluksio.settings import Settings, verified_redis_url
@@ -49,8 +51,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     return config
 
 
-def create_app(settings: Settings, runtime: Runtime, **overrides: Any) -> Celery:
-    """An app with fluksio's two tasks registered, bound to ``runtime``."""
+def create_app(settings: Settings, runtime: Runtime, *, start_on_gpus: StartOnGpus = run_in_child,
+               **overrides: Any) -> Celery:
+    """An app with fluksio's two tasks registered, bound to ``runtime``; ``start_on_gpus`` starts the calls
+    granted GPUs (a node worker with GPUs forks them warm: fluksio/execution/warm.py)."""
     app = Celery("fluksio", set_as_current=False)
     app.conf.update(celery_config(settings), **overrides)
     secure(app, settings)
@@ -58,7 +62,7 @@ def create_app(settings: Settings, runtime: Runtime, **overrides: Any) -> Celery
     if runtime.hand_over is None:  # every app of one runtime talks to the same broker: the first one will do
         runtime.hand_over = lambda run_id, flow: send_drive(app, run_id, flow)
     register_drive_task(app, interrupt_local=interrupt if settings.embedded else None)
-    register_call_task(app)
+    register_call_task(app, start_on_gpus)
     return app
 
 

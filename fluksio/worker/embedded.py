@@ -164,7 +164,7 @@ class EmbeddedWorkers:
         self.runtime = runtime
         settings = runtime.settings
         self.transport = private_memory_transport(settings.memory_polling_interval_s)
-        overrides = {
+        overrides: dict[str, Any] = {
             # A host name, only so that kombu does not warn about its absence.
             "broker_url": "memory://localhost/",
             "broker_transport": self.transport,

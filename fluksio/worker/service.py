@@ -13,12 +13,13 @@ import subprocess
 import sys
 from typing import Any
 
-from celery.signals import worker_process_init, worker_shutting_down
+from celery.signals import worker_process_init, worker_ready, worker_shutting_down
 
 from fluksio.constants import CHANGES_CHANNEL, DRIVERS_QUEUE
 from fluksio.errors import ConfigError
-from fluksio.execution.isolated import die_with_parent
+from fluksio.execution.isolated import die_with_parent, run_in_child
 from fluksio.execution.lost import settle_lost_calls
+from fluksio.execution.warm import StartOnGpus, WarmStarts
 from fluksio.placement.redis import RedisBooks
 from fluksio.provisioners import Poller
 from fluksio.routing import node_queues
@@ -54,11 +55,18 @@ def _fresh_connections_after_fork(runtime: Runtime) -> None:
 def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool, loglevel: str,
                     idle_timeout_s: float | None = None, with_beat: bool = False) -> None:
     require_distributed(settings)
-    runtime = Runtime.distributed(settings, machine=inventory.name)  # a run store it cannot open ends it here
-    wait_for_broker(settings)  # a broker not up yet is said at once, then waited for (as Celery does)
+    # Started first, so that it loads the flows while this process does; the pool forks after it is ready.
+    warm = WarmStarts.start() if settings.gpu_fork_server and inventory.gpus else None
+    try:
+        runtime = Runtime.distributed(settings, machine=inventory.name)  # a run store it cannot open ends it here
+        wait_for_broker(settings)  # a broker not up yet is said at once, then waited for (as Celery does)
+    except BaseException:
+        if warm is not None:
+            warm.close()
+        raise
     books = runtime.placer.books
     assert isinstance(books, RedisBooks)
-    app = create_app(settings, runtime)
+    app = create_app(settings, runtime, start_on_gpus=_warm_or_fresh(warm, inventory.name))
     introduction = introduce(runtime, f"nodes@{inventory.name}")
     _fresh_connections_after_fork(runtime)
     settle_lost_calls(runtime)  # a pool process killed mid-call (the OOM killer) ends its call here
@@ -97,8 +105,28 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
         for child in (drivers, beat):
             if child is not None:
                 _stop_child(child)
+        if warm is not None:
+            warm.close()
         runtime.close()
     sys.exit(code or 0)
+
+
+def _warm_or_fresh(warm: WarmStarts | None, machine: str) -> StartOnGpus:
+    """How this worker starts its GPU calls, said once in its log when the log is set up (the worker is ready)."""
+    if warm is None:
+        return run_in_child
+    why = warm.wait_ready()
+    if why is None:
+        said = (logging.INFO, f"GPU calls on {machine} start warm: forked from the fork server (pid "
+                              f"{warm.process.pid}) that loaded {', '.join(warm.flows) or 'no flows'}")
+    else:
+        said = (logging.WARNING, f"GPU calls on {machine} start in a fresh interpreter each: {why}")
+
+    @worker_ready.connect(weak=False)
+    def _say(**_: Any) -> None:
+        log.log(*said)
+
+    return warm.run if why is None else run_in_child
 
 
 def _stop_child(child: subprocess.Popen[bytes]) -> None:

@@ -102,9 +102,10 @@ def test_a_worker_started_before_the_edit_refuses_calls_of_runs_claimed_with_the
         assert lookup(client.runtime.db, client.runtime.artifacts, key) is not None
 
 
-def test_a_gpu_call_whose_worker_loaded_the_runs_code_refuses_to_run_the_edited_file(cluster: Cluster) -> None:
-    """A GPU call runs in a fresh interpreter, which imports the files as they are now: not the worker's code."""
-    cluster.start_worker("gpu-old", "--labels", "gpu", "--cpus", "1", "--gpus", "0", "--drivers")
+def test_a_gpu_call_in_a_fresh_interpreter_refuses_to_run_the_edited_file(cluster: Cluster) -> None:
+    """A fresh interpreter imports the files as they are now: not the worker's code (the fork server's off)."""
+    cluster.start_worker("gpu-old", "--labels", "gpu", "--cpus", "1", "--gpus", "0", "--drivers",
+                         env={"FLUKSIO_GPU_FORK_SERVER": "false"})
     cluster.wait_attached("gpu-old")
     with connect_to(cluster) as client:
         loaded = client.runtime.registry.digest("edited_gpu")
@@ -124,3 +125,19 @@ def test_a_gpu_call_whose_worker_loaded_the_runs_code_refuses_to_run_the_edited_
                                      f"({on_disk[:19]}… on disk there now, "
                                      f"{loaded[:19]}… in the run's driver)")
         assert "restart it (or the drivers)" in node.error
+
+
+def test_a_gpu_call_forked_from_the_fork_server_runs_the_code_its_worker_loaded(cluster: Cluster) -> None:
+    """The fork server imported the flows when the worker did: an edit since changes neither, and the run,
+    claimed with that code, runs it on the GPU as on the CPU."""
+    cluster.start_worker("gpu-warm", "--labels", "gpu", "--cpus", "1", "--gpus", "0", "--drivers")
+    cluster.wait_attached("gpu-warm")
+    with connect_to(cluster) as client:
+        loaded = client.runtime.registry.digest("edited_gpu")
+        # A first run: its drivers process (started beside the worker) has loaded the flows too, before the edit.
+        assert client.submit("edited_gpu", {"x": 1}).wait(timeout=60).status is RunStatus.OK
+    edit(cluster)
+    with connect_to(cluster) as client:
+        record = client.submit("edited_gpu", {"x": 5}).wait(timeout=60)
+    assert record.status is RunStatus.OK, record.status_reason
+    assert record.code_digest == loaded and record.result == {"y": 6}  # x + 1: the code loaded at start

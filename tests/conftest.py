@@ -75,6 +75,20 @@ def compass() -> Compass:
     return _compass
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A pytest-xdist worker hands its figures to the controller, which prints the sum."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["fluksio_compass"] = dict(_compass.figures)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """On the pytest-xdist controller: add what a worker counted."""
+    for figure, count in getattr(node, "workeroutput", {}).get("fluksio_compass", {}).items():
+        _compass.add(figure, count)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if any(_compass.figures.values()):
         terminalreporter.section("fluksio compass")

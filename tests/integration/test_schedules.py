@@ -127,7 +127,9 @@ def test_two_beats_start_exactly_one_run_per_tick(client: Client, beats: Beats) 
     assert consecutive(sorted(counted), 2)  # and none was skipped
     started = sum(beats.log(n).count("started run") for n in ("one", "two"))
     already = sum(beats.log(n).count("has its run already") for n in ("one", "two"))
-    assert started == len(counted) and already >= 1  # both beats fired ticks; the index let one win each
+    # Both beats fired ticks, and the index let one win each (a beat stopped between journaling a tick's run and
+    # logging it leaves that one run unlogged).
+    assert len(counted) - 1 <= started <= len(counted) and already >= 1
     runs = wait_for(lambda: (rs := runs_of(client, "pair")) and all(r.status.value == "ok" for r in rs) and rs,
                     30, "the scheduled runs to be driven to their end")
     assert {r.schedule for r in runs} == {"pair"} and {r.result["out"] for r in runs} == {3}

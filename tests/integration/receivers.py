@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.integration.servers import wait_for  # noqa: F401  (re-exported: the alert and schedule tests wait with it)
 
 
 @dataclass
@@ -71,15 +71,3 @@ class BlackHole:
 
     def close(self) -> None:
         self.sock.close()
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.02)

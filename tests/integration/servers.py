@@ -12,7 +12,9 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +32,28 @@ def need(binary: str) -> str:
             pytest.fail(message)
         pytest.skip(message)
     return found
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "a condition") -> Any:
+    """Poll ``condition`` until it returns something truthy (returned); fail naming ``what`` after ``timeout``
+    seconds. How the integration tests wait: for a condition, with a deadline, never for a fixed time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def alive(pid: int) -> bool:
+    """Whether a process of that id exists (a zombie does too, until its parent reaps it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def free_port() -> int:

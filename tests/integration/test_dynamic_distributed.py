@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -12,6 +10,7 @@ import pytest
 from fluksio import Client, RunStatus
 from tests.integration import cluster_flows as flows
 from tests.integration.cluster import Cluster, running_cluster
+from tests.integration.servers import alive, wait_for
 from tests.integration.test_distributed import max_overlap
 
 pytestmark = pytest.mark.integration
@@ -68,31 +67,17 @@ def test_a_gpu_mapped_node_gets_distinct_gpu_ids_per_concurrent_element(client: 
 
 def test_cancel_mid_map_kills_the_running_elements_and_starts_no_new_one(client: Client, cluster: Cluster) -> None:
     run = client.submit(flows.stuck_map, {"tag": "stuckmap", "items": list(range(6))})
-    deadline = time.monotonic() + 30
-    while len(marks(cluster, "stuckmap")) < 3 and time.monotonic() < deadline:  # map-a, map-b, map-gpu ×2
-        time.sleep(0.05)
+    wait_for(lambda: len(marks(cluster, "stuckmap")) >= 3, 30, "three elements to start")  # map-a, map-b, map-gpu ×2
     started = marks(cluster, "stuckmap")
-    assert len(started) >= 3, started
     client.cancel(run.id)
     record = run.wait(timeout=30)
     assert record.status is RunStatus.CANCELLED
     killed = [n for n in record.nodes if n.node == "element_forever" and n.index is not None]
     assert len(killed) == len(started) and {n.error for n in killed} == {"cancelled while running"}
     pids = {int(name.rsplit(".", 1)[1]) for name in started}
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
-        time.sleep(0.1)
-    assert not any(_alive(pid) for pid in pids), "a cancelled element's process is still alive"
+    wait_for(lambda: not any(alive(pid) for pid in pids), 15, "the cancelled elements' processes to die")
     assert marks(cluster, "stuckmap") == started  # no element started after the cancel
     assert all(m["calls"] == 0 for m in client.placement()["machines"])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_rerun_with_one_element_added_runs_one_call(client: Client, cluster: Cluster) -> None:

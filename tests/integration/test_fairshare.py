@@ -4,8 +4,7 @@ sharing a pool of licenses), a driver worker, and this test process as the clien
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from fluksio import Client, RunStatus, connect
 from fluksio.client import RunHandle
 from tests.integration import fairshare_flows as flows
 from tests.integration.cluster import Cluster
-from tests.integration.servers import RedisServer
+from tests.integration.servers import RedisServer, wait_for
 from tests.integration.test_distributed import max_overlap
 
 pytestmark = pytest.mark.integration
@@ -51,15 +50,6 @@ def client(cluster: Cluster) -> Iterator[Client]:
     settings = cluster.settings().model_copy(update={"pools": POOLS})
     with connect(settings) as connected:
         yield connected
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise TimeoutError(what)
 
 
 def listed(client: Client, run: RunHandle) -> bool:

@@ -19,7 +19,7 @@ from fluksio.store.models import RunMetric, RunNode
 from tests.conftest import Compass
 from tests.integration import cluster_flows as flows
 from tests.integration.cluster import Cluster
-from tests.integration.servers import PostgresServer, RedisServer
+from tests.integration.servers import PostgresServer, RedisServer, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -37,15 +37,6 @@ def cluster(tmp_path: Path, postgres: PostgresServer) -> Iterator[Cluster]:
     finally:
         setup.stop_all()
         server.stop()
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise TimeoutError(what)
 
 
 def start_driver(cluster: Cluster, name: str, auto_resume: bool) -> None:

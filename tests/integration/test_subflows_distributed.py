@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import pytest
 from fluksio import Client, RunStatus
 from tests.integration import subflow_flows as flows
 from tests.integration.cluster import FLOWS_FILE, Cluster, running_cluster
+from tests.integration.servers import alive, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -43,23 +42,6 @@ def started_calls(cluster: Cluster, tag: str) -> list[str]:
     return [m for m in marks(cluster, tag) if m.count(".") >= 3 and not m.endswith((".hold", ".fail"))]
 
 
-def wait_for(condition, timeout: float = 30.0, what: str = "a condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_the_search_example_with_six_trials_across_two_workers(client: Client) -> None:
     record = client.submit(flows.search, {"n": 6, "epochs": 4, "tag": "six"}, seed=7).wait(timeout=120)
     assert record.status is RunStatus.OK, record.status_reason
@@ -89,7 +71,7 @@ def test_cancelling_the_parent_mid_search_kills_the_childrens_calls(client: Clie
     record = run.wait(timeout=30)
     assert record.status is RunStatus.CANCELLED
     wait_for(lambda: all(c.status is RunStatus.CANCELLED for c in client.runs(parent=run.id)), what="the children")
-    wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=15, what="the calls' processes to die")
+    wait_for(lambda: not any(alive(pid) for pid in pids), timeout=15, what="the calls' processes to die")
     assert started_calls(cluster, "cancel") == started  # nothing started after the cancel
     (cluster.marks / "cancel.hold").unlink()
 

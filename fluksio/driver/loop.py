@@ -81,7 +81,7 @@ class Driver:
             if s.waitlists.waiting:  # only a driver with units waiting for resources cares
                 s.rt.inbox.wake(s.run_id)
 
-        s.rt.placer.add_listener(wake)
+        s.rt.placer.add_listener(wake, run_id=s.run_id)  # woken when a call of this run may go
         s.rt.driving.add(s.run_id)
         try:
             s.journal_ended()  # nodes the walk decided at once (a condition on an input, say)

@@ -7,9 +7,11 @@ and take in one atomic step — one round trip to Redis per claim — in the cal
 turn: waiting calls are granted highest priority first, then oldest, across the
 installation, and a call may take only what no call ahead of it could use
 (``turns``). A call may also hold one slot of a named pool while it runs.
-Whoever waits registers a listener, called (outside every lock) whenever
-resources are given back or a machine attaches — in any process, when the books
-are shared — so waiting wakes on events, not on a timer.
+Whoever waits registers a listener, called (outside every lock) when resources
+are given back or a machine attaches — in any process, when the books are
+shared — so waiting wakes on events, not on a timer; a driver's listener only
+when one of its calls is first of its kind to wait in this process
+(``wakeups``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from fluksio.errors import PlacementError
 from fluksio.placement.backend import Books, MachinesChanged
 from fluksio.placement.clamp import clamp
 from fluksio.placement.memory import MemoryBooks
-from fluksio.placement.turns import Ask, Kind, Refusal, Why
+from fluksio.placement.turns import Ask, Kind, Refusal, Why, order_key
+from fluksio.placement.wakeups import Listener, Wakeups
 from fluksio.schemas import DevicePolicy, Grant, Inventory, Resources
 
 #: Kinds of request (resources, device, policy) whose plans are kept; past this many they start afresh.
@@ -106,8 +109,8 @@ class Placer:
         #: Pool name → its slots, installation-wide.
         self.pools: dict[str, int] = dict(pools or {})
         self.stale_after_s = stale_after_s
-        self._listeners: list[Callable[[], None]] = []
-        self._lock = threading.Lock()  # guards _listeners; never held while calling out
+        self._wakeups = Wakeups()
+        self._lock = threading.Lock()  # guards _subscribed; never held while calling out
         self._subscribed = False
         #: Plans by kind of request, valid for one inventories object (replaced whole when it changes).
         self._plans: tuple[Sequence[Inventory] | None, dict[tuple[Any, ...], _Plan]] = (None, {})
@@ -147,6 +150,7 @@ class Placer:
             except MachinesChanged:
                 continue  # the books have read the machines again: plan on them as they are now
         # Machines attaching and leaving under every attempt: an attach will wake us.
+        self._wakeups.waits(request.call_id, request.run_id, None, "")
         return Waiting("waiting while the attached machines change")
 
     def keep_waiting(self, call_ids: Sequence[str]) -> None:
@@ -155,6 +159,7 @@ class Placer:
 
     def forget(self, call_id: str) -> None:
         """Stop listing a call as waiting (its run ended, or stopped scheduling): it gives up its place."""
+        self._wakeups.forgotten(call_id)
         self.books.forget_waiting(call_id)
 
     def start(self, grant: Grant, token: str) -> bool:
@@ -181,12 +186,17 @@ class Placer:
         ask = Ask(request.call_id, plan.kind, request.priority, plan.clamped_from, request.run_id, request.node,
                   plan.waiting.reason, request.detail)
         # Listed even when no machine could take it, so that it keeps its place for when one attaches.
-        outcome = self.books.claim(ask, inventories, self._clock(), self.stale_after_s)
+        now = self._clock()
+        outcome = self.books.claim(ask, inventories, now, self.stale_after_s)
         if isinstance(outcome, Refusal):
+            self._wakeups.waits(request.call_id, request.run_id, plan.kind,
+                                order_key(request.priority, now, request.call_id))
             if outcome.why is Why.MACHINES:
                 return plan.waiting
             return Waiting(outcome.reason, wanted=plan.waiting.wanted, why=outcome.why)
         grant, group = outcome
+        for listener in self._wakeups.granted(request.call_id):
+            listener()  # it waited: what freed may hold the next of its kind too
         queue_label = plan.groups[group][1] if plan.groups else None
         return grant.model_copy(update={"queue_label": queue_label}) if queue_label else grant
 
@@ -251,23 +261,21 @@ class Placer:
 
     # -- waking ---------------------------------------------------------------------------------
 
-    def add_listener(self, listener: Callable[[], None]) -> None:
+    def add_listener(self, listener: Listener, run_id: str | None = None) -> None:
+        """Call ``listener`` whenever the books change, or (with ``run_id``: a driver) only when one of the
+        run's calls that this placer refused may go now (see ``wakeups``)."""
+        self._wakeups.add(listener, run_id)
         with self._lock:
-            self._listeners.append(listener)
             subscribe = not self._subscribed
             self._subscribed = True
         if subscribe:  # lazily: only processes that wait (drivers) need to hear about changes
             self.books.on_change(self._notify)
 
-    def remove_listener(self, listener: Callable[[], None]) -> None:
-        with self._lock:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
+    def remove_listener(self, listener: Listener) -> None:
+        self._wakeups.remove(listener)
 
     def _notify(self) -> None:
-        with self._lock:
-            listeners = list(self._listeners)
-        for listener in listeners:  # no lock held: a listener may call straight back into try_claim
+        for listener in self._wakeups.on_change():  # no lock held: a listener may call straight back into try_claim
             listener()
 
     # -- visibility -----------------------------------------------------------------------------

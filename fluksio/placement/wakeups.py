@@ -1,0 +1,125 @@
+"""Which of this process's waiting drivers a change of the books wakes: the first waiting call of each kind.
+
+Every give-back, attach, detach and turn given up anywhere in the installation reaches every process
+(``Books.on_change``). Waking every driver with a call waiting made each of them claim, and all but one
+lose: with 32 drivers waiting on 4 slots, ~30 refused claims per give-back, each a script that plays the
+installation's order through (``benchmarks/many_runs.py``: 2,100–2,400 Redis commands per run).
+
+Calls of one kind (``turns.Kind``) are interchangeable and granted in order: when the first of them cannot
+go, none after it can. So a change wakes the first waiting call of each kind in this process, and a
+waiting call granted wakes the next of its kind, since what freed may hold more than one. Other processes
+do the same for their calls; a call refused because one of another process was ahead hears again when
+that one gives up its place (the books publish a ``turn``). What a lost wake-up would cost is bounded
+anyway: each driver tries its waiting calls again every lease interval.
+
+Listeners added without a run hear every change (a run waiting for a labelled machine to attach).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fluksio.placement.turns import Kind
+
+Listener = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class _Waiter:
+    run_id: str
+    #: ``None``: refused before its kind was known (the machines kept changing); woken by every change.
+    kind: Kind | None
+    #: Its place in the installation's order (``turns.order_key``).
+    order: str
+
+
+class Wakeups:
+    """Listeners, and this process's waiting calls by kind in the installation's order. Thread-safe; the
+    listeners it returns are called by the placer outside every lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._everything: list[Listener] = []
+        #: The driver of each run in this process that waits on the placer.
+        self._runs: dict[str, Listener] = {}
+        self._waiters: dict[str, _Waiter] = {}
+        #: Per kind, ``(order, call_id)`` of its waiting calls, sorted: the first is the one to wake.
+        self._queues: dict[Kind | None, list[tuple[str, str]]] = {}
+
+    def add(self, listener: Listener, run_id: str | None = None) -> None:
+        """Call ``listener`` on every change, or (with ``run_id``) when one of the run's calls may go now."""
+        with self._lock:
+            if run_id is None:
+                self._everything.append(listener)
+            else:
+                self._runs[run_id] = listener
+
+    def remove(self, listener: Listener) -> None:
+        """Stop calling ``listener``; the calls of its run are no longer waited on here."""
+        with self._lock:
+            if listener in self._everything:
+                self._everything.remove(listener)
+            for run_id in [run_id for run_id, known in self._runs.items() if known is listener]:
+                del self._runs[run_id]
+                for call_id in [call_id for call_id, waiter in self._waiters.items() if waiter.run_id == run_id]:
+                    self._drop(call_id)
+
+    @property
+    def listening(self) -> bool:
+        with self._lock:
+            return bool(self._everything or self._runs)
+
+    def waits(self, call_id: str, run_id: str | None, kind: Kind | None, order: str) -> None:
+        """The call was refused: it waits, keeping the place it first had (a later refusal keeps it)."""
+        if run_id is None:
+            return  # nobody to wake for it but listeners of every change
+        with self._lock:
+            known = self._waiters.get(call_id)
+            if known is not None and known.kind == kind:
+                return
+            if known is not None:
+                self._drop(call_id)  # its kind changed (the machines did): it queues with its new kind
+            self._waiters[call_id] = _Waiter(run_id, kind, order)
+            bisect.insort(self._queues.setdefault(kind, []), (order, call_id))
+
+    def granted(self, call_id: str) -> list[Listener]:
+        """The call was granted: who to wake now — the next of its kind, if it waited."""
+        with self._lock:
+            waiter = self._drop(call_id)
+            if waiter is None:
+                return []
+            return self._firsts([waiter.kind])
+
+    def forgotten(self, call_id: str) -> None:
+        """The call no longer waits (its run ended, or stopped scheduling)."""
+        with self._lock:
+            self._drop(call_id)
+
+    def on_change(self) -> list[Listener]:
+        """Who to wake when the books changed: listeners of every change, and the first of each kind."""
+        with self._lock:
+            return list(self._everything) + self._firsts(list(self._queues))
+
+    def _firsts(self, kinds: list[Kind | None]) -> list[Listener]:
+        """The listener of the first waiting call of each kind (of every call for ``None``), each once."""
+        woken: dict[int, Listener] = {}
+        for kind in kinds:
+            for _order, call_id in self._queues.get(kind, ()):
+                listener = self._runs.get(self._waiters[call_id].run_id)
+                if listener is not None:
+                    woken[id(listener)] = listener
+                    if kind is not None:
+                        break
+        return list(woken.values())
+
+    def _drop(self, call_id: str) -> _Waiter | None:
+        waiter = self._waiters.pop(call_id, None)
+        if waiter is not None:
+            queue = self._queues[waiter.kind]
+            queue.remove((waiter.order, call_id))
+            if not queue:
+                del self._queues[waiter.kind]
+        return waiter

@@ -187,6 +187,7 @@ class Client:
         priority: int = 0,
     ) -> Sweep:
         """One run per point of the cartesian product of ``grid`` (and ``seeds``), all in one group."""
+        self._check_open()
         if not isinstance(grid, Mapping) or not grid:
             raise RunRejected("grid must be a non-empty mapping of input name to a list of values")
         for name, values in grid.items():
@@ -207,9 +208,11 @@ class Client:
         return Sweep(group_id, handles)
 
     def get(self, run_id: str) -> RunRecord:
+        self._check_open()
         return run_rows.load_record(self.runtime.db, run_id)
 
     def handle(self, run_id: str) -> RunHandle:
+        self._check_open()
         return RunHandle(self, run_rows.get_run(self.runtime.db, run_id).id)
 
     def runs(self, flow: str | None = None, status: str | None = None, group: str | None = None,
@@ -221,6 +224,7 @@ class Client:
         ``parent``: only the child runs of that run (its subflow calls; an id or a unique prefix);
         ``offset``: skip that many (paging).
         """
+        self._check_open()
         for name, value, least in (("limit", limit, 1), ("offset", offset, 0)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise RunRejected(f"{name} must be a whole number ≥ {least}, got {value!r}")
@@ -252,6 +256,7 @@ class Client:
 
         :class:`~fluksio.errors.OutputNotFound` names the outputs the run did make when it made no ``name``.
         """
+        self._check_open()
         run = run_rows.get_run(self.runtime.db, run_id)
         where = f"output {name!r} of run {run.id}"
         try:
@@ -267,15 +272,18 @@ class Client:
 
     def metrics(self, run_id: str) -> dict[str, list[tuple[int, float]]]:
         """Each metric's ``[(step, value), …]``, including series of nodes restored from the cache."""
+        self._check_open()
         return series_of(self.runtime.db, run_rows.get_run(self.runtime.db, run_id).id)
 
     def cancel(self, run_id: str, reason: str = "cancelled by request") -> RunStatus:
         """A queued run is cancelled at once; a running one is told to stop. Returns the status after."""
+        self._check_open()
         return family.cancel(self.runtime, run_id, reason)
 
     def placement(self) -> dict[str, Any]:
         """Every machine (total, free, labels, calls, heartbeat), what waits and why (in the order it will be
         granted, with priority, pool and age), each pool's use, and the provisioners."""
+        self._check_open()
         # A driver keeps its waiting calls on the list once per lease interval; one that has not for as
         # long as a lease takes to go stale is dead, and so are its entries.
         snapshot = self.runtime.placer.snapshot(stale_after_s=self.settings.stale_after_s)

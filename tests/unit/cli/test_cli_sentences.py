@@ -43,3 +43,20 @@ def test_a_closed_client_refuses_with_a_fluksio_error(tmp_path: Path) -> None:
     with pytest.raises(ClientClosed, match=r"client is closed; call fluksio.connect\(\) again") as info:
         client.submit(str(HELLO), {"name": "ada"})
     assert isinstance(info.value, FluksioError) and not isinstance(info.value, RuntimeError)
+
+
+def test_every_call_on_a_closed_client_is_refused(tmp_path: Path) -> None:
+    client = connect(Settings(database_url=f"sqlite:///{tmp_path / 'runs.db'}", artifacts_dir=tmp_path / "a",
+                              cpus=1))
+    run_id = client.submit(str(HELLO), {"name": "ada"}).wait(timeout=60).id
+    client.close()
+    calls = {
+        "get": lambda: client.get(run_id), "handle": lambda: client.handle(run_id), "runs": client.runs,
+        "output": lambda: client.output(run_id, "greeting"), "metrics": lambda: client.metrics(run_id),
+        "cancel": lambda: client.cancel(run_id), "placement": client.placement, "resume": lambda: client.resume(run_id),
+        "sweep": lambda: client.sweep(str(HELLO), {"name": ["a", "b"]}),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ClientClosed):
+            call()
+            pytest.fail(f"client.{name} worked on a closed client")

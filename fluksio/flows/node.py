@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import inspect
 import keyword
+import math
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -286,7 +287,7 @@ def _check_limits(where: str, *, max_parallel: int | None, mapped: bool, retries
     if pool is not None:
         check_identifier("pool", pool, where)
     if timeout_s is not None and (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
-                                  or timeout_s <= 0):
+                                  or not 0 < timeout_s < math.inf):  # NaN compares false both ways
         raise FlowError(f"{where}: timeout_s must be a positive number of seconds, got {timeout_s!r}")
 
 
@@ -314,7 +315,8 @@ def with_input_types(spec: NodeSpec, input_types: Mapping[str, Any], where: str)
 
 
 def _seconds(value: Any, what: str, where: str, positive: bool = False) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or (positive and not value):
+    if (not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf
+            or (positive and not value)):
         raise FlowError(f"{where}: {what} must be a {'positive' if positive else 'non-negative'} number of seconds, "
                         f"got {value!r}")
     return float(value)
@@ -346,7 +348,7 @@ def retry_options(options: RetryOptions, retries: int, resources: Resources, whe
                             "(retry_on=(TimeoutError, 'ConnectionError')) or leave it out to retry any failure")
     escalate = options.escalate_ram
     if escalate is not None:
-        if not isinstance(escalate, (int, float)) or isinstance(escalate, bool) or not escalate > 1:
+        if not isinstance(escalate, (int, float)) or isinstance(escalate, bool) or not 1 < escalate < math.inf:
             raise FlowError(f"{where}: escalate_ram must be a number greater than 1 (2.0 doubles the RAM of each "
                             f"retry after running out of memory), got {escalate!r}")
         if not resources.ram_mb:

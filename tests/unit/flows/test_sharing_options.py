@@ -51,6 +51,12 @@ def test_defaults_retry_any_failure_at_once_in_no_pool():
     ({"retries": 2, "escalate_ram": 2.0}, "escalate_ram multiplies the RAM the node asks for, and it asks for none"),
     ({"retries": 2, "escalate_ram": 1.0, "resources": Resources(ram_mb=100)}, "escalate_ram must be a number greater"),
     ({"retries": 2, "escalate_ram": "2", "resources": Resources(ram_mb=100)}, "escalate_ram must be a number"),
+    ({"retries": 2, "retry_backoff_s": float("nan")}, "retry_backoff_s must be a non-negative number of seconds"),
+    ({"retries": 2, "retry_backoff_max_s": float("inf")}, "retry_backoff_max_s must be a positive number"),
+    ({"retries": 2, "escalate_ram": float("inf"), "resources": Resources(ram_mb=100)}, "escalate_ram must be a num"),
+    ({"retries": 2, "escalate_ram": float("nan"), "resources": Resources(ram_mb=100)}, "escalate_ram must be a num"),
+    ({"timeout_s": float("nan")}, "timeout_s must be a positive number of seconds, got nan"),
+    ({"timeout_s": float("inf")}, "timeout_s must be a positive number of seconds, got inf"),
     ({"pol": "licenses"}, r"unknown option\(s\) 'pol' \(did you mean 'pool'\?\)"),
 ])
 def test_a_bad_option_is_a_flow_error_saying_how_to_fix_it(options, complaint):

@@ -197,6 +197,10 @@ class AlertDispatcher:
             self._give_up(job, str(exc) if not exc.retryable else
                           f"{exc} (gave up after {job.attempts} tries in {self.settings.alert_retry_s:g} s)")
             return
+        except Exception as exc:  # a failure delivery did not foresee: said and written down, not lost quietly
+            log.exception("alert %s for run %s: sending failed unexpectedly", job.rule.name, job.run_id)
+            self._give_up(job, f"{type(exc).__name__}: {exc}")
+            return
         log.info("alert %s for run %s sent to %s (%s)", job.rule.name, job.run_id, job.rule.target.describe(), answer)
         self._record(job, alert_rows.SENT, None)
 

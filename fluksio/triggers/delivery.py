@@ -6,6 +6,7 @@ refused connection, a timeout, a 5xx or 429 answer may pass; a 404 or a rejected
 
 from __future__ import annotations
 
+import http.client
 import smtplib
 import socket
 import urllib.error
@@ -60,15 +61,22 @@ def post_webhook(target: WebhookTarget, body: dict[str, Any], timeout_s: float) 
     except (urllib.error.URLError, OSError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         raise DeliveryFailed(f"cannot reach {target.describe()}: {reason}", True) from None
+    except http.client.HTTPException as exc:  # an answer that is no HTTP: a wrong port, a proxy in the way
+        raise DeliveryFailed(f"{target.describe()} did not answer in HTTP: {type(exc).__name__}: {exc}", True) from None
+    except ValueError as exc:  # a URL urllib cannot send to (the rule's check lets few through)
+        raise DeliveryFailed(f"cannot send to {target.describe()}: {exc}", False) from None
 
 
 def send_email(target: EmailTarget, body: dict[str, Any], settings: Settings) -> str:
     if not settings.smtp_host:
         raise DeliveryFailed("no SMTP server is configured (FLUKSIO_SMTP_HOST)", False)
     message = EmailMessage()
-    message["Subject"] = f"{target.subject_prefix} {summary(body)}".strip()
-    message["From"] = settings.smtp_from or f"fluksio@{socket.getfqdn()}"
-    message["To"] = ", ".join(target.to)
+    try:
+        message["Subject"] = f"{target.subject_prefix} {summary(body)}".strip()
+        message["From"] = settings.smtp_from or f"fluksio@{socket.getfqdn()}"
+        message["To"] = ", ".join(target.to)
+    except ValueError as exc:  # a header with a line break in it (FLUKSIO_SMTP_FROM, say)
+        raise DeliveryFailed(f"cannot write the email: {exc}", False) from None
     message.set_content(email_text(body))
     smtp_class = smtplib.SMTP_SSL if settings.smtp_ssl else smtplib.SMTP
     try:

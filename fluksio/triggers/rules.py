@@ -52,6 +52,8 @@ class WebhookTarget(BaseModel):
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{value!r} is not an http(s) URL (e.g. 'https://hooks.example.org/fluksio')")
+        if any(char.isspace() or not char.isprintable() for char in value):
+            raise ValueError(f"{value!r} has a space or a control character in it; percent-encode it (%20)")
         return value
 
     @field_validator("secret")

@@ -35,6 +35,7 @@ def test_a_rule_matches_its_statuses_and_flow_glob() -> None:
     ([3], "rule 0: must be an object"),
     ([{"name": "a", "webhook": {"url": "ftp://x"}}], "webhook.url: 'ftp://x' is not an http(s) URL"),
     ([{"name": "a", "webhook": {"url": "https://x", "secrt": "s"}}], "did you mean 'secret'"),
+    ([{"name": "a", "webhook": {"url": "https://x/a b"}}], "has a space or a control character in it"),
     ([{"name": "a", "statuses": ["failed"], "webhook": {"url": "https://x"}}], "'failed' is not a status"),
     ([{"name": "a", "statuses": [], "webhook": {"url": "https://x"}}], "statuses"),
     ([{"name": "a"}], "exactly one target"),

@@ -77,6 +77,46 @@ def test_a_failure_that_retrying_cannot_mend_is_recorded_at_once(db: Database) -
     dispatcher.close()
 
 
+def test_a_failure_delivery_did_not_foresee_is_recorded_not_lost(db: Database) -> None:
+    def broken(rule: AlertRule, body: dict[str, Any], settings: Settings) -> str:
+        raise LookupError("a bug in a delivery")
+
+    dispatcher = AlertDispatcher(rules("hook"), db, settings(), deliver=broken)
+    dispatcher.run_ended(failed_run(db), RunStatus.ERROR)
+    assert dispatcher.idle(10)
+    [logged] = alert_rows.list_alerts(db)
+    assert (logged.outcome, logged.attempts, logged.error) == ("failed", 1, "LookupError: a bug in a delivery")
+    dispatcher.close()
+
+
+def test_a_webhook_that_answers_no_http_is_a_failed_try_that_may_pass() -> None:
+    import socket
+    import threading as threads
+
+    from fluksio.triggers.delivery import post_webhook
+    from fluksio.triggers.rules import WebhookTarget
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def babble() -> None:
+        connection, _ = server.accept()
+        connection.recv(65536)
+        connection.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")  # not HTTP: a wrong port
+        connection.close()
+
+    threads.Thread(target=babble, daemon=True).start()
+    target = WebhookTarget(url=f"http://127.0.0.1:{server.getsockname()[1]}/hook")
+    try:
+        post_webhook(target, {"run_id": "r", "status": "error"}, timeout_s=5)
+        raise AssertionError("a webhook that answers no HTTP was taken as sent")
+    except DeliveryFailed as exc:
+        assert exc.retryable and "did not answer in HTTP" in str(exc)
+    finally:
+        server.close()
+
+
 def test_retries_stop_at_the_bound_and_the_failure_is_recorded(db: Database) -> None:
     answers = Answers(*[True] * 1000)
     dispatcher = AlertDispatcher(rules("hook"), db, settings(alert_retry_s=0.3, alert_backoff_s=0.05),

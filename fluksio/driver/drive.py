@@ -49,7 +49,8 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
     try:
         flow = runtime.registry.get(run.flow)
     except FluksioError as exc:
-        run_rows.transition(db, run_id, RunStatus.ERROR, status_reason=str(exc), finished_at=run_rows.utcnow())
+        if run_rows.transition(db, run_id, RunStatus.ERROR, status_reason=str(exc), finished_at=run_rows.utcnow()):
+            runtime.run_ended(run_id, RunStatus.ERROR, orphan=run.parent_id is None)  # alerts, a waiting parent
         return
     if not wait_for_labels(runtime, run_id, flow):
         if runtime.stopping.is_set() and requeue is not None:

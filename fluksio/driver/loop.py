@@ -125,8 +125,9 @@ class Driver:
         if self.requeue_on_shutdown and run_rows.requeue_handed_over(s.rt.db, s.run_id, s.epoch, reason):
             s.end = End.REQUEUED
             return
-        run_rows.finish(s.rt.db, s.run_id, RunStatus.ABANDONED, f"{reason}; `fluksio resume` re-drives it", None,
-                        s.epoch)
+        if run_rows.finish(s.rt.db, s.run_id, RunStatus.ABANDONED, f"{reason}; `fluksio resume` re-drives it", None,
+                           s.epoch):
+            s.rt.run_ended(s.run_id, RunStatus.ABANDONED, orphan=self._orphan)
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -303,6 +304,9 @@ class Driver:
         except Exception:
             log.exception("could not record the finished nodes of run %s", s.run_id)
         try:
-            run_rows.finish(s.rt.db, s.run_id, RunStatus.ERROR, reason, None, s.epoch)
+            ended = run_rows.finish(s.rt.db, s.run_id, RunStatus.ERROR, reason, None, s.epoch)
         except Exception:
             log.exception("could not record the failure of run %s", s.run_id)
+            return  # the sweeper ends it (abandoned) and tells who is to be told
+        if ended:
+            s.rt.run_ended(s.run_id, RunStatus.ERROR, orphan=self._orphan)

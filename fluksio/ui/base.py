@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 TEMPLATES = Path(__file__).with_name("templates")
 STATIC = Path(__file__).with_name("static")
+#: The largest whole number a query argument may be: what the run store's integers hold (SQLite, PostgreSQL
+#: BIGINT), so a huge offset is a 400 that says so, not an overflow deep in the driver.
+INT_MAX = 2**63 - 1
 #: HTTP status of each kind of error fluksio raises on purpose (the first that matches).
 STATUS_OF: tuple[tuple[type[FluksioError], int], ...] = (
     (RunNotFound, 404), (InvalidRequest, 400), (RunRejected, 409), (ArtifactError, 404),
@@ -150,7 +153,7 @@ class ExplorerHandler(RequestHandler):
         value = self.get_query_argument(name, None)
         return value.strip() or None if value is not None else None
 
-    def int_arg(self, name: str, default: int | None, least: int, most: int | None = None) -> int | None:
+    def int_arg(self, name: str, default: int | None, least: int, most: int = INT_MAX) -> int | None:
         value = self.arg(name)
         if value is None:
             return default
@@ -158,8 +161,8 @@ class ExplorerHandler(RequestHandler):
             number = int(value)
         except ValueError:
             raise InvalidRequest(f"{name} must be a whole number, got {value!r}") from None
-        if number < least or (most is not None and number > most):
-            bounds = f"from {least} to {most}" if most is not None else f"at least {least}"
+        if not least <= number <= most:
+            bounds = f"from {least} to {most}" if most != INT_MAX else f"at least {least}"
             raise InvalidRequest(f"{name} must be {bounds}, got {number}")
         return number
 

@@ -33,7 +33,8 @@ class Page(ExplorerHandler):
     def render_page(self, name: str, **values: Any) -> None:
         """``name``.html, or only its ``live_``part when the page's script asks for its changes."""
         live = self.arg("live") is not None
-        query = {k: v[-1].decode() for k, v in self.request.query_arguments.items() if k != "live"}
+        # decode_argument answers 400 for bytes that are no UTF-8, as get_query_argument does.
+        query = {k: self.decode_argument(v[-1], name=k) for k, v in self.request.query_arguments.items() if k != "live"}
         live_url = f"{self.request.path}?{urlencode({**query, 'live': '1'})}"
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.render(f"live_{name}.html" if live else f"{name}.html", views=views, live_url=live_url,

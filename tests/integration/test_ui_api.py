@@ -131,6 +131,8 @@ def test_runs_api_filters_and_pages(inst: Installation) -> None:
     ("limit=0", ("limit must be from 1 to 1000",)),
     ("limit=ten", ("limit must be a whole number", "'ten'")),
     ("offset=-1", ("offset must be at least 0",)),
+    ("offset=99999999999999999999", ("offset must be at least 0", "99999999999999999999")),
+    ("flow=%ff", ("Invalid unicode",)),
 ])
 def test_runs_api_refuses_bad_filters_with_400(inst: Installation, query: str, words: tuple[str, ...]) -> None:
     error(inst.ui.get(f"/api/runs?{query}"), 400, *words)
@@ -188,6 +190,7 @@ def test_metrics_api_downsamples_each_series_keeping_each_bucket_s_min_and_max(i
     ("points=1", 400, ("points must be from 2 to 100000",)),
     ("points=many", 400, ("points must be a whole number",)),
     ("start=9&end=3", 400, ("end (3) must not be before start (9)",)),
+    ("start=99999999999999999999", 400, ("start must be at least 0",)),
     ("name=nope", 404, ("has no metric 'nope'", "signal")),
 ])
 def test_metrics_api_refuses_bad_arguments(inst: Installation, query: str, status: int,
@@ -283,6 +286,7 @@ def test_pages_answer_html_and_carry_the_timing_and_safety_headers(inst: Install
         assert answer.headers["Server-Timing"].startswith("app;dur=")
     error(inst.ui.get("/runs/01ZZZZZZZZZZZZZZZZZZZZZZZZ"), 404, "no run")
     error(inst.ui.get("/compare?runs=01ZZZZZZZZZZ"), 404, "no run")
+    error(inst.ui.get("/?junk=%ff"), 400, "Invalid unicode in junk")  # any argument, even one the page ignores
 
 
 # -- where it listens, and who may ask ----------------------------------------------------------------

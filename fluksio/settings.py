@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -21,6 +22,7 @@ from pydantic_settings import (
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -226,6 +228,13 @@ def load_settings(**overrides: Any) -> Settings:
         raise ConfigError(
             f"invalid fluksio settings ({problems}); check FLUKSIO_* variables and {_config_file()}"
         ) from None
+    except SettingsError as exc:  # a value pydantic-settings could not parse, before validating it
+        found = re.search(r'field "(\w+)" from source "(\w+)"', str(exc))
+        cause = f": {exc.__cause__}" if exc.__cause__ is not None else ""
+        if found and found.group(2) == "EnvSettingsSource":
+            raise ConfigError(f"FLUKSIO_{found.group(1).upper()} cannot be read{cause}; it takes JSON for this "
+                              "setting") from None
+        raise ConfigError(f"cannot read {_config_file()}: {exc}{cause}") from None
     except (OSError, ValueError) as exc:  # a TOML file that does not parse
         raise ConfigError(f"cannot read {_config_file()}: {exc}") from None
 

@@ -248,3 +248,9 @@ def test_a_bad_pool_is_a_config_error_naming_it(monkeypatch, pools, complaint):
     monkeypatch.setenv("FLUKSIO_POOLS", pools)
     with pytest.raises(ConfigError, match=complaint):
         load_settings()
+
+
+def test_an_environment_variable_that_is_not_json_is_named(monkeypatch):
+    monkeypatch.setenv("FLUKSIO_POOLS", "{bad")
+    with pytest.raises(ConfigError, match=r"^FLUKSIO_POOLS cannot be read: Expecting property name .* takes JSON"):
+        load_settings()

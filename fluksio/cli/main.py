@@ -83,7 +83,10 @@ def _wait_live(client: Client, handle: RunHandle, total: int, timeout: float | N
     except KeyboardInterrupt:
         client.cancel(handle.id, "interrupted at the terminal (Ctrl-C)")
         out.print(f"cancelling run {handle.id} …")
-        handle.wait(timeout=30)
+        try:
+            handle.wait(timeout=30)
+        except TimeoutError:  # its calls are still stopping: the cancel stands, the command is done
+            out.print(f"run {handle.id} is still stopping; `fluksio show {handle.id}` says when it has")
         raise
 
 

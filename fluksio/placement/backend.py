@@ -17,6 +17,12 @@ from typing import Any
 from fluksio.placement.turns import Ask, Refusal
 from fluksio.schemas import Grant, Inventory, Resources
 
+#: What a change of the books was, as a change listener hears it: a turn (a call that others were refused
+#: behind was granted, or gave up its place: only calls refused ``Why.BEHIND`` may go now), or anything
+#: else (a give-back, a pool slot freed, an attach: any waiting call may).
+TURN = "turn"
+ANY_CHANGE = "change"
+
 
 class MachinesChanged(Exception):
     """The machines a placement was planned on are not the live ones any more: read the inventories again.
@@ -214,9 +220,10 @@ class Books(ABC):
     # -- change notifications ---------------------------------------------------------------------
 
     @abstractmethod
-    def on_change(self, callback: Callable[[], None]) -> None:
+    def on_change(self, callback: Callable[[str], None]) -> None:
         """Call ``callback`` (with no lock held) after every give-back and attach, and after a call is granted in
-        its turn that others were refused for (``Why.BEHIND``), from any process."""
+        its turn that others were refused for (``Why.BEHIND``), from any process; it is told which
+        (:data:`TURN`, or :data:`ANY_CHANGE`)."""
 
     def close(self) -> None:
         """Release connections and threads."""

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from operator import attrgetter
 
-from fluksio.placement.backend import Books, MachinesChanged, MachineView, WaitingCall
+from fluksio.placement.backend import ANY_CHANGE, TURN, Books, MachinesChanged, MachineView, WaitingCall
 from fluksio.placement.books import MachineBooks
 from fluksio.placement.turns import (
     Ask,
@@ -53,7 +53,7 @@ class MemoryBooks(Books):
         #: Some claim was refused for calls ahead of it (``Why.BEHIND``): the next of those granted tells.
         self._held_back = False
         self._lock = threading.Lock()
-        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks: list[Callable[[str], None]] = []
 
     def attach(self, inventory: Inventory) -> None:
         with self._lock:
@@ -154,7 +154,7 @@ class MemoryBooks(Books):
             if tell:
                 self._held_back = False
         if tell:
-            self._changed()  # those refused for this call may go now
+            self._changed(TURN)  # those refused for this call may go now
         return grant, index
 
     def _player(self, paper: Paper, first: list[str], oldest: float | None) -> Play:
@@ -269,7 +269,7 @@ class MemoryBooks(Books):
             if tell:
                 self._held_back = False
         if tell:
-            self._changed()  # it may have been what others waited behind
+            self._changed(TURN)  # it may have been what others waited behind
 
     def waiting(self, stale_after_s: float | None = None) -> list[WaitingCall]:
         with self._lock:
@@ -279,12 +279,12 @@ class MemoryBooks(Books):
                     self._unlist(call_id)
             return sorted(self._waiting.values(), key=lambda w: w.order)
 
-    def on_change(self, callback: Callable[[], None]) -> None:
+    def on_change(self, callback: Callable[[str], None]) -> None:
         with self._lock:
             self._callbacks.append(callback)
 
-    def _changed(self) -> None:
+    def _changed(self, what: str = ANY_CHANGE) -> None:
         with self._lock:
             callbacks = list(self._callbacks)
         for callback in callbacks:  # outside the lock: a callback may come straight back in
-            callback()
+            callback(what)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fluksio.errors import PlacementError
-from fluksio.placement.backend import Books, MachinesChanged
+from fluksio.placement.backend import TURN, Books, MachinesChanged
 from fluksio.placement.clamp import clamp
 from fluksio.placement.memory import MemoryBooks
 from fluksio.placement.turns import Ask, Kind, Refusal, Why, order_key
@@ -190,7 +190,7 @@ class Placer:
         outcome = self.books.claim(ask, inventories, now, self.stale_after_s)
         if isinstance(outcome, Refusal):
             self._wakeups.waits(request.call_id, request.run_id, plan.kind,
-                                order_key(request.priority, now, request.call_id))
+                                order_key(request.priority, now, request.call_id), behind=outcome.why is Why.BEHIND)
             if outcome.why is Why.MACHINES:
                 return plan.waiting
             return Waiting(outcome.reason, wanted=plan.waiting.wanted, why=outcome.why)
@@ -274,8 +274,9 @@ class Placer:
     def remove_listener(self, listener: Listener) -> None:
         self._wakeups.remove(listener)
 
-    def _notify(self) -> None:
-        for listener in self._wakeups.on_change():  # no lock held: a listener may call straight back into try_claim
+    def _notify(self, what: str) -> None:
+        # No lock held: a listener may call straight back into try_claim.
+        for listener in self._wakeups.on_change(turn=what == TURN):
             listener()
 
     # -- visibility -----------------------------------------------------------------------------

@@ -49,7 +49,7 @@ from fluksio.constants import (
 )
 from fluksio.placement import redis_claim
 from fluksio.placement import redis_scripts as scripts
-from fluksio.placement.backend import Books, MachinesChanged, MachineView, WaitingCall
+from fluksio.placement.backend import ANY_CHANGE, TURN, Books, MachinesChanged, MachineView, WaitingCall
 from fluksio.placement.turns import Ask, Refusal, Why, order_key
 from fluksio.schemas import Grant, Inventory, Resources
 
@@ -106,7 +106,7 @@ class RedisBooks(Books):
         self._cache: _Cache | None = None
         #: Candidate lists → their JSON for the take script; see ``ENCODED_CANDIDATES_KEPT``.
         self._encoded: dict[tuple[str, ...], str] = {}
-        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
         self._listener: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -363,7 +363,7 @@ class RedisBooks(Books):
 
     # -- change notifications ---------------------------------------------------------------------
 
-    def on_change(self, callback: Callable[[], None]) -> None:
+    def on_change(self, callback: Callable[[str], None]) -> None:
         with self._lock:
             self._callbacks.append(callback)
             if self._listener is None:
@@ -376,22 +376,23 @@ class RedisBooks(Books):
             try:
                 pubsub.subscribe(CHANGES_CHANNEL)
                 # A change may have happened while we were (re)subscribing: wake everyone once.
-                self._fire()
+                self._fire(ANY_CHANGE)
                 while not self._stopping.is_set():
-                    if pubsub.get_message(timeout=1.0) is not None:
-                        self._fire()
+                    message = pubsub.get_message(timeout=1.0)
+                    if message is not None:
+                        self._fire(TURN if message.get("data") in (b"turn", "turn") else ANY_CHANGE)
             except redis.RedisError:
                 log.warning("lost the placer change channel; resubscribing", exc_info=True)
                 self._stopping.wait(0.5)
             finally:
                 pubsub.close()
 
-    def _fire(self) -> None:
+    def _fire(self, what: str) -> None:
         with self._lock:
             callbacks = list(self._callbacks)
         for callback in callbacks:
             try:
-                callback()
+                callback(what)
             except Exception:
                 log.exception("a placer change listener failed")
 

@@ -8,9 +8,10 @@ installation's order through (``benchmarks/many_runs.py``: 2,100–2,400 Redis c
 Calls of one kind (``turns.Kind``) are interchangeable and granted in order: when the first of them cannot
 go, none after it can. So a change wakes the first waiting call of each kind in this process, and a
 waiting call granted wakes the next of its kind, since what freed may hold more than one. Other processes
-do the same for their calls; a call refused because one of another process was ahead hears again when
-that one gives up its place (the books publish a ``turn``). What a lost wake-up would cost is bounded
-anyway: each driver tries its waiting calls again every lease interval.
+do the same for their calls. A *turn* (a call that others were refused behind was granted, or gave up
+its place) frees nothing: it wakes the first of a kind only if that one was refused behind another
+call (``Why.BEHIND``) — one refused for want of machines or of a pool's slot still wants them. What a
+lost wake-up would cost is bounded anyway: each driver tries its waiting calls again every lease interval.
 
 Listeners added without a run hear every change (a run waiting for a labelled machine to attach).
 """
@@ -18,6 +19,7 @@ Listeners added without a run hear every change (a run waiting for a labelled ma
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +36,8 @@ class _Waiter:
     kind: Kind | None
     #: Its place in the installation's order (``turns.order_key``).
     order: str
+    #: Its last refusal was ``Why.BEHIND``: it would fit, but calls ahead of it could use what is free.
+    behind: bool = False
 
 
 class Wakeups:
@@ -72,17 +76,19 @@ class Wakeups:
         with self._lock:
             return bool(self._everything or self._runs)
 
-    def waits(self, call_id: str, run_id: str | None, kind: Kind | None, order: str) -> None:
-        """The call was refused: it waits, keeping the place it first had (a later refusal keeps it)."""
+    def waits(self, call_id: str, run_id: str | None, kind: Kind | None, order: str, behind: bool = False) -> None:
+        """The call was refused (``behind``: for ``Why.BEHIND``): it waits, keeping the place it first had."""
         if run_id is None:
             return  # nobody to wake for it but listeners of every change
         with self._lock:
             known = self._waiters.get(call_id)
             if known is not None and known.kind == kind:
+                if known.behind != behind:
+                    self._waiters[call_id] = dataclasses.replace(known, behind=behind)
                 return
             if known is not None:
                 self._drop(call_id)  # its kind changed (the machines did): it queues with its new kind
-            self._waiters[call_id] = _Waiter(run_id, kind, order)
+            self._waiters[call_id] = _Waiter(run_id, kind, order, behind)
             bisect.insort(self._queues.setdefault(kind, []), (order, call_id))
 
     def granted(self, call_id: str) -> list[Listener]:
@@ -98,21 +104,25 @@ class Wakeups:
         with self._lock:
             self._drop(call_id)
 
-    def on_change(self) -> list[Listener]:
-        """Who to wake when the books changed: listeners of every change, and the first of each kind."""
+    def on_change(self, turn: bool = False) -> list[Listener]:
+        """Who to wake when the books changed: listeners of every change, and the first of each kind (after a
+        ``turn``, only a first that was refused behind another call)."""
         with self._lock:
-            return list(self._everything) + self._firsts(list(self._queues))
+            return list(self._everything) + self._firsts(list(self._queues), behind_only=turn)
 
-    def _firsts(self, kinds: list[Kind | None]) -> list[Listener]:
+    def _firsts(self, kinds: list[Kind | None], behind_only: bool = False) -> list[Listener]:
         """The listener of the first waiting call of each kind (of every call for ``None``), each once."""
         woken: dict[int, Listener] = {}
         for kind in kinds:
             for _order, call_id in self._queues.get(kind, ()):
-                listener = self._runs.get(self._waiters[call_id].run_id)
-                if listener is not None:
+                waiter = self._waiters[call_id]
+                listener = self._runs.get(waiter.run_id)
+                if listener is None:
+                    continue  # its driver left: the next of its kind is the first
+                if not behind_only or waiter.behind or kind is None:
                     woken[id(listener)] = listener
-                    if kind is not None:
-                        break
+                if kind is not None:
+                    break
         return list(woken.values())
 
     def _drop(self, call_id: str) -> _Waiter | None:

@@ -41,7 +41,7 @@ FORBIDDEN = frozenset({"celery", "kombu", "sqlalchemy", "redis", "alembic"})
 PURE = [
     "fluksio.flows.flow", "fluksio.flows.node", "fluksio.flows.validation", "fluksio.flows.source",
     "fluksio.placement.books", "fluksio.placement.clamp", "fluksio.placement.backend", "fluksio.placement.memory",
-    "fluksio.placement.placer", "fluksio.placement.turns",
+    "fluksio.placement.placer", "fluksio.placement.turns", "fluksio.placement.wakeups",
     "fluksio.driver.walk", "fluksio.driver.retrying", "fluksio.driver.verdict", "fluksio.driver.rows",
     "fluksio.driver.restore", "fluksio.driver.waitlists",
     "fluksio.runs.cache_key", "fluksio.messages", "fluksio.routing", "fluksio.schemas", "fluksio.store.rows",

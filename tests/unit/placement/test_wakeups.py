@@ -152,3 +152,40 @@ def test_wakeups_wake_every_call_whose_kind_was_not_known():
     for listener in wakeups.on_change():
         listener()
     assert sorted(woken) == ["a", "b"]
+
+
+def test_a_turn_wakes_only_a_first_that_was_refused_behind_another_call():
+    kind = Kind(Resources(cpus=1), (None,))
+    other = Kind(Resources(cpus=2), (None,))
+    wakeups = Wakeups()
+    woken: list[str] = []
+    for run_id in ("behind", "starved"):
+        wakeups.add(lambda run_id=run_id: woken.append(run_id), run_id=run_id)
+    wakeups.waits("behind.1", "behind", kind, "0001", behind=True)
+    wakeups.waits("starved.1", "starved", other, "0002", behind=False)  # no machine has 2 cpus free
+    for listener in wakeups.on_change(turn=True):
+        listener()
+    assert woken == ["behind"]  # a turn frees nothing: the one refused for want of cpus still wants them
+    woken.clear()
+    for listener in wakeups.on_change():
+        listener()
+    assert sorted(woken) == ["behind", "starved"]  # a give-back may have freed them
+
+
+def test_a_call_granted_in_its_turn_wakes_those_refused_behind_it_and_not_those_short_of_machines():
+    placer = Placer(clock=Clock())
+    placer.attach(machine("box", cpus=4, gpus=(0,)))
+    gpu_held = placer.try_claim(req("gpu_holder", gpus=1))
+    cpus_held = placer.try_claim(req("cpu_holder", cpus=3))
+    assert isinstance(gpu_held, Grant) and isinstance(cpus_held, Grant)
+    for run_id, ask in (("gpu_wait", {"gpus": 1}), ("big", {"cpus": 3}), ("small", {})):
+        assert isinstance(placer.try_claim(req(run_id, **ask)), Waiting)
+    drivers = Drivers(placer, ["gpu_wait", "big", "small"])
+    placer.release(cpus_held)
+    assert sorted(drivers.take()) == ["big", "gpu_wait", "small"]  # the first of each kind
+    small = placer.try_claim(req("small"))
+    assert isinstance(small, Waiting) and small.reason.startswith("waiting for its turn")  # big is ahead
+    assert isinstance(placer.try_claim(req("gpu_wait", gpus=1)), Waiting)  # the GPU is still held
+    assert drivers.take() == []
+    assert isinstance(placer.try_claim(req("big", cpus=3)), Grant)
+    assert drivers.take() == ["small"]  # its turn came; the GPU call still wants its GPU: not woken

@@ -70,6 +70,11 @@ class StoreUnavailable(FluksioError):
     """The run store could not be reached: when a process starts, or for longer than the outage bound."""
 
 
+class CallNotStarted(FluksioError):
+    """A node call's worker could not ask the run store or the placer's books whether the call may start
+    (an outage past its bound): nothing ran and nothing was given back; its message goes back to its queue."""
+
+
 class BrokerUnavailable(FluksioError):
     """The broker (Redis) could not be reached: when a process starts, or for longer than the outage bound.
 

@@ -16,7 +16,14 @@ from typing import Any, Literal
 
 from fluksio.artifacts.artifact import REF_KEY, Artifact, find_refs
 from fluksio.artifacts.store import ArtifactStore
-from fluksio.errors import ArtifactError, MessageRefused, NodeFailed
+from fluksio.errors import (
+    ArtifactError,
+    BrokerUnavailable,
+    CallNotStarted,
+    MessageRefused,
+    NodeFailed,
+    StoreUnavailable,
+)
 from fluksio.execution import interrupt
 from fluksio.execution.capture import capture_output
 from fluksio.execution.emitter import Emitter
@@ -57,19 +64,27 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
         log.error("%s", exc)
         return
     grant = call.grant
-    if runtime.settings.signing:
-        refusal = replay_refusal(runtime, call)
-        if refusal is not None:
-            # Signed by someone trusted, but not for now or not for here: a copy sent again. Its grant and its
-            # run belong to the call it copies (or to nobody): nothing is given back, nothing is reported.
-            log.error("refusing call %s: %s", call.call_id, refusal)
+    try:
+        if runtime.settings.signing:
+            refusal = replay_refusal(runtime, call)
+            if refusal is not None:
+                # Signed by someone trusted, but not for now or not for here: a copy sent again. Its grant and
+                # its run belong to the call it copies (or to nobody): nothing is given back, nothing reported.
+                log.error("refusing call %s: %s", call.call_id, refusal)
+                return
+        started = datetime.now(timezone.utc).isoformat()
+        # First make sure this delivery is the one that may run the call: a copy that may not (see
+        # Books.start) must not give back a grant, nor report an error, for the copy that does.
+        if not runtime.placer.start(grant, uuid.uuid4().hex):
+            log.warning("dropping call %s: it is running already, or settled, or its grant is void", call.call_id)
             return
-    started = datetime.now(timezone.utc).isoformat()
-    # First make sure this delivery is the one that may run the call: a copy that may not (see
-    # Books.start) must not give back a grant, nor report an error, for the copy that does.
-    if not runtime.placer.start(grant, uuid.uuid4().hex):
-        log.warning("dropping call %s: it is running already, or settled, or its grant is void", call.call_id)
-        return
+    except Exception as exc:
+        if not _outage(exc):
+            raise
+        # Whether this delivery may run the call is unknown: neither run it nor give back a grant that may be
+        # another delivery's. Its message goes back to its queue (execution/task.py) for when the store is back.
+        raise CallNotStarted(f"call {call.call_id}: could not check that it may start: {type(exc).__name__}: "
+                             f"{exc}") from exc
     flow, refusal = _flow_for(runtime, call)
     if flow is None:
         _settle(runtime, call, started, status="error", error=refusal)
@@ -96,6 +111,15 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
         log.exception("node call %s failed inside fluksio", call.call_id)
         _settle(runtime, call, started, status="error",
                 error=f"fluksio failed to run the node: {type(exc).__name__}: {exc}")
+
+
+def _outage(exc: Exception) -> bool:
+    """Whether ``exc`` says the run store or the broker's Redis was out for longer than its bound (their
+    clients wait out shorter outages themselves)."""
+    if isinstance(exc, (StoreUnavailable, BrokerUnavailable)):
+        return True
+    # redis-py's, raised once OutageRetry gave up; embedded installations never load redis-py.
+    return type(exc).__module__.split(".")[0] == "redis" and type(exc).__name__ in ("ConnectionError", "TimeoutError")
 
 
 def replay_refusal(runtime: Runtime, call: NodeCall) -> str | None:

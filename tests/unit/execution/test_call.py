@@ -165,3 +165,49 @@ def test_a_store_that_fails_storing_an_output_fails_only_that_node(tmp_path: Pat
                                    "store artifact sha256:…: ReadTimeoutError")
     assert "made it" in completion.logs
     assert runtime.placer.snapshot()["machines"][0]["free"]["cpus"] == 1
+
+
+def test_a_call_whose_start_cannot_be_checked_goes_back_to_its_queue_holding_its_grant(tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    import pytest
+    from celery import Celery
+    from celery.exceptions import Reject
+
+    from fluksio.constants import CALL_TASK
+    from fluksio.errors import BrokerUnavailable, CallNotStarted
+    from fluksio.execution.task import register_call_task
+
+    runtime = runtime_with_one_machine(tmp_path)
+    ran: list[int] = []
+    runtime.registry.register(counting_flow("train", 1, ran))
+    call = call_of(runtime, "r.step.1", "train")
+
+    def out(*_args):
+        raise BrokerUnavailable("the broker at h:6379 did not answer for 30 s")
+
+    monkeypatch.setattr(runtime.placer, "start", out)
+    with pytest.raises(CallNotStarted, match="could not check that it may start: BrokerUnavailable"):
+        execute_call(runtime, call)
+    app = Celery("t", set_as_current=False)
+    app.fluksio_runtime = runtime
+    register_call_task(app)
+    with pytest.raises(Reject) as rejected:
+        app.tasks[CALL_TASK](call)
+    assert rejected.value.requeue is True  # not acknowledged: delivered again once the broker is back
+    assert ran == [] and runtime.inbox.pop("r", timeout=0.01) is None  # nothing ran, nobody was told
+    assert runtime.placer.snapshot()["machines"][0]["free"]["cpus"] == 0  # the grant is still the call's
+
+
+def test_a_bug_in_checking_a_call_s_start_is_not_taken_for_an_outage(tmp_path: Path, monkeypatch) -> None:
+    import pytest
+
+    runtime = runtime_with_one_machine(tmp_path)
+    runtime.registry.register(counting_flow("train", 1, []))
+    call = call_of(runtime, "r.step.1", "train")
+
+    def bug(*_args):
+        raise KeyError("grants")
+
+    monkeypatch.setattr(runtime.placer, "start", bug)
+    with pytest.raises(KeyError):  # a message requeued for a bug would come back forever
+        execute_call(runtime, call)

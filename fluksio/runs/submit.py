@@ -237,13 +237,14 @@ def submit_run(
         raise RunRejected("group must be a non-empty string of at most 64 characters")
     check_priority(priority)
     flow = registry.resolve(flow_or_name)
-    values = validate_params(flow, params, seed,
-                             resolve=lambda name, value: resolve_reference(db, artifacts, name, value),
-                             store=artifacts)
+    # What the flow asks of the installation first: validating the inputs stores codec values as artifacts.
     if embedded_machines is not None:
         check_placeable(flow, embedded_machines)
     if pools is not None:
         check_pools(flow, pools)
+    values = validate_params(flow, params, seed,
+                             resolve=lambda name, value: resolve_reference(db, artifacts, name, value),
+                             store=artifacts)
     run = Run(
         id=new_run_id(), flow=flow.name, flow_ref=flow_reference(flow), flow_version=flow.version,
         params=values, params_digest=params_digest(values, seed), seed=seed, group_id=group,

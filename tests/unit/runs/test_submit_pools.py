@@ -40,3 +40,15 @@ def test_a_subflows_node_counts_too(db, tmp_path):
 def test_a_known_pool_is_submitted(db, tmp_path):
     run, created = submit(db, tmp_path, licensed("licenses"), {"licenses": 4})
     assert created and run.status == "queued"
+
+
+def test_a_refused_pool_stores_none_of_the_inputs(db, tmp_path):
+    np = pytest.importorskip("numpy")
+    flow = Flow("weights_in", inputs={"weights": np.ndarray}, outputs=["x"])
+    flow.node(lambda weights: 1, name="solve", provides="x", pool="gpus")
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    with pytest.raises(RunRejected, match="asks for pool 'gpus'"):
+        submit_run(db, FlowRegistry(), store, flow, params={"weights": np.arange(1000.0)}, engine="embedded",
+                   pools={})
+    stored = [path for path in (tmp_path / "artifacts").rglob("*") if path.is_file()]
+    assert stored == []  # checked before the array was encoded into the store

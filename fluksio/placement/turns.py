@@ -71,6 +71,15 @@ class Kind:
         }, separators=(",", ":"))
         return hashlib.sha256(body.encode()).hexdigest()[:24], body
 
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.resources, self.groups, self.pool, self.pool_limit))
+
+    def __hash__(self) -> int:
+        # Kinds key the wait queues and the wake-ups, looked up on every claim and every change; hashing the
+        # pydantic Resources and the groups each time showed in the embedded fan-out's profile.
+        return self._hash
+
 
 @dataclass(frozen=True)
 class Ask:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from fluksio.placement.turns import Kind
@@ -95,9 +95,9 @@ class Wakeups:
         """The call was granted: who to wake now — the next of its kind, if it waited."""
         with self._lock:
             waiter = self._drop(call_id)
-            if waiter is None:
+            if waiter is None or waiter.kind not in self._queues:
                 return []
-            return self._firsts([waiter.kind])
+            return self._firsts([(waiter.kind, self._queues[waiter.kind])])
 
     def forgotten(self, call_id: str) -> None:
         """The call no longer waits (its run ended, or stopped scheduling)."""
@@ -108,13 +108,14 @@ class Wakeups:
         """Who to wake when the books changed: listeners of every change, and the first of each kind (after a
         ``turn``, only a first that was refused behind another call)."""
         with self._lock:
-            return list(self._everything) + self._firsts(list(self._queues), behind_only=turn)
+            return list(self._everything) + self._firsts(self._queues.items(), behind_only=turn)
 
-    def _firsts(self, kinds: list[Kind | None], behind_only: bool = False) -> list[Listener]:
-        """The listener of the first waiting call of each kind (of every call for ``None``), each once."""
+    def _firsts(self, queues: Iterable[tuple[Kind | None, list[tuple[str, str]]]],
+                behind_only: bool = False) -> list[Listener]:
+        """The listener of the first waiting call of each kind's queue (of every call for ``None``), each once."""
         woken: dict[int, Listener] = {}
-        for kind in kinds:
-            for _order, call_id in self._queues.get(kind, ()):
+        for kind, queue in queues:
+            for _order, call_id in queue:
                 waiter = self._waiters[call_id]
                 listener = self._runs.get(waiter.run_id)
                 if listener is None:

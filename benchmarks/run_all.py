@@ -1,8 +1,8 @@
 """Every benchmark, one after the other, and one combined table of figures, ratios and targets.
 
-    .venv/bin/python benchmarks/run_all.py            # the issue's sizes: ~10 minutes on 2 cores
+    .venv/bin/python benchmarks/run_all.py            # the issues' sizes: ~15 minutes on 2 cores
     .venv/bin/python benchmarks/run_all.py --full     # also whole embedded runs of 10,000 nodes, Prefect at full size
-    .venv/bin/python benchmarks/run_all.py --smoke    # tiny sizes, one repeat: under a minute (CI)
+    .venv/bin/python benchmarks/run_all.py --smoke    # tiny sizes, one repeat: ~1.5 minutes (CI)
 
 Each benchmark runs as its own process (``benchmarks/<name>.py --json …``) and starts what it needs
 (redis-server on a free 127.0.0.1 port, worker processes), stopping it again even when it fails.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fluksio.placement.placer import Placer, Request, Waiting
 from fluksio.placement.turns import Kind
 from fluksio.placement.wakeups import Wakeups
@@ -128,48 +130,44 @@ def test_a_driver_without_calls_waiting_is_not_woken():
     assert drivers.take() == []
 
 
-def test_wakeups_keep_a_call_s_first_place_when_it_is_refused_again():
-    kind = Kind(Resources(cpus=1), (None,))
+def listening(*runs: str) -> tuple[Wakeups, Callable[..., list[str]]]:
+    """Wakeups with a listener per run, and a function that fires a change and says who was woken."""
     wakeups = Wakeups()
     woken: list[str] = []
-    for run_id in ("a", "b"):
+    for run_id in runs:
         wakeups.add(lambda run_id=run_id: woken.append(run_id), run_id=run_id)
+
+    def change(turn: bool = False) -> list[str]:
+        woken.clear()
+        for listener in wakeups.on_change(turn=turn):
+            listener()
+        return sorted(woken)
+
+    return wakeups, change
+
+
+def test_wakeups_keep_a_call_s_first_place_when_it_is_refused_again():
+    kind = Kind(Resources(cpus=1), (None,))
+    wakeups, change = listening("a", "b")
     wakeups.waits("a.1", "a", kind, "0001")
     wakeups.waits("b.1", "b", kind, "0002")
     wakeups.waits("a.1", "a", kind, "0003")  # refused again later: still first
-    for listener in wakeups.on_change():
-        listener()
-    assert woken == ["a"]
+    assert change() == ["a"]
 
 
 def test_wakeups_wake_every_call_whose_kind_was_not_known():
-    wakeups = Wakeups()
-    woken: list[str] = []
-    for run_id in ("a", "b"):
-        wakeups.add(lambda run_id=run_id: woken.append(run_id), run_id=run_id)
+    wakeups, change = listening("a", "b")
     wakeups.waits("a.1", "a", None, "")
     wakeups.waits("b.1", "b", None, "")
-    for listener in wakeups.on_change():
-        listener()
-    assert sorted(woken) == ["a", "b"]
+    assert change() == ["a", "b"]
 
 
 def test_a_turn_wakes_only_a_first_that_was_refused_behind_another_call():
-    kind = Kind(Resources(cpus=1), (None,))
-    other = Kind(Resources(cpus=2), (None,))
-    wakeups = Wakeups()
-    woken: list[str] = []
-    for run_id in ("behind", "starved"):
-        wakeups.add(lambda run_id=run_id: woken.append(run_id), run_id=run_id)
-    wakeups.waits("behind.1", "behind", kind, "0001", behind=True)
-    wakeups.waits("starved.1", "starved", other, "0002", behind=False)  # no machine has 2 cpus free
-    for listener in wakeups.on_change(turn=True):
-        listener()
-    assert woken == ["behind"]  # a turn frees nothing: the one refused for want of cpus still wants them
-    woken.clear()
-    for listener in wakeups.on_change():
-        listener()
-    assert sorted(woken) == ["behind", "starved"]  # a give-back may have freed them
+    wakeups, change = listening("behind", "starved")
+    wakeups.waits("behind.1", "behind", Kind(Resources(cpus=1), (None,)), "0001", behind=True)
+    wakeups.waits("starved.1", "starved", Kind(Resources(cpus=2), (None,)), "0002")  # no machine has 2 cpus free
+    assert change(turn=True) == ["behind"]  # a turn frees nothing: the one refused for want of cpus still wants them
+    assert change() == ["behind", "starved"]  # a give-back may have freed them
 
 
 def test_a_call_granted_in_its_turn_wakes_those_refused_behind_it_and_not_those_short_of_machines():

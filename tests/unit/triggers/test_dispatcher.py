@@ -7,6 +7,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from fluksio import Settings
 from fluksio.schemas import RunStatus
 from fluksio.store import alerts as alert_rows
@@ -67,25 +69,20 @@ def test_an_alert_is_retried_with_backoff_until_it_is_sent(db: Database) -> None
     dispatcher.close()
 
 
-def test_a_failure_that_retrying_cannot_mend_is_recorded_at_once(db: Database) -> None:
-    answers = Answers(False)
-    dispatcher = AlertDispatcher(rules("hook"), db, settings(), deliver=answers)
+def broken(rule: AlertRule, body: dict[str, Any], settings: Settings) -> str:
+    raise LookupError("a bug in a delivery")
+
+
+@pytest.mark.parametrize(("deliver", "error"), [
+    (Answers(False), "scripted failure"),  # a failure retrying cannot mend: recorded at once
+    (broken, "LookupError: a bug in a delivery"),  # a failure delivery did not foresee: recorded, not lost
+])
+def test_a_failure_not_worth_retrying_is_recorded_at_once(db: Database, deliver: Any, error: str) -> None:
+    dispatcher = AlertDispatcher(rules("hook"), db, settings(), deliver=deliver)
     dispatcher.run_ended(failed_run(db), RunStatus.ERROR)
     assert dispatcher.idle(10)
     [logged] = alert_rows.list_alerts(db)
-    assert (logged.outcome, logged.attempts, logged.error) == ("failed", 1, "scripted failure")
-    dispatcher.close()
-
-
-def test_a_failure_delivery_did_not_foresee_is_recorded_not_lost(db: Database) -> None:
-    def broken(rule: AlertRule, body: dict[str, Any], settings: Settings) -> str:
-        raise LookupError("a bug in a delivery")
-
-    dispatcher = AlertDispatcher(rules("hook"), db, settings(), deliver=broken)
-    dispatcher.run_ended(failed_run(db), RunStatus.ERROR)
-    assert dispatcher.idle(10)
-    [logged] = alert_rows.list_alerts(db)
-    assert (logged.outcome, logged.attempts, logged.error) == ("failed", 1, "LookupError: a bug in a delivery")
+    assert (logged.outcome, logged.attempts, logged.error) == ("failed", 1, error)
     dispatcher.close()
 
 

@@ -60,3 +60,29 @@ def test_every_call_on_a_closed_client_is_refused(tmp_path: Path) -> None:
         with pytest.raises(ClientClosed):
             call()
             pytest.fail(f"client.{name} worked on a closed client")
+
+
+def test_ctrl_c_whose_cancel_is_slow_to_land_ends_with_a_line_not_a_traceback(capsys) -> None:
+    from fluksio.cli.main import _wait_live
+
+    class Interrupted:
+        id = "01SLOW"
+
+        def wait(self, timeout: float) -> None:
+            raise TimeoutError(f"run 01SLOW is still running after {timeout:g} s")
+
+    class Client:
+        cancelled: list[str] = []
+
+        def get(self, run_id: str) -> None:
+            raise KeyboardInterrupt  # Ctrl-C while the command shows the run
+
+        def cancel(self, run_id: str, reason: str) -> None:
+            self.cancelled.append(reason)
+
+    client = Client()
+    with pytest.raises(KeyboardInterrupt):  # the commands turn it into exit status 130
+        _wait_live(client, Interrupted(), total=1, timeout=None, quiet=True)  # type: ignore[arg-type]
+    assert client.cancelled == ["interrupted at the terminal (Ctrl-C)"]
+    said = capsys.readouterr().err
+    assert "cancelling run 01SLOW" in said and "run 01SLOW is still stopping; `fluksio show 01SLOW`" in said

@@ -119,6 +119,12 @@ def classify(exc: BaseException) -> Failure:
     return Failure(OTHER, first_line(links[-1]))
 
 
+def redis_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` is redis-py losing its server — a connection error or a timeout that may pass by itself,
+    not a refused login nor TLS — as a client raises it once it gave up waiting out an outage."""
+    return (_redis("ConnectionError")(exc) or _redis("TimeoutError")(exc)) and classify(exc).transient
+
+
 def reason(exc: BaseException) -> str:
     """A few words for a notice: the kind of failure, or the library's words when it is of no known kind."""
     failure = classify(exc)

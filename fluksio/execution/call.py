@@ -33,6 +33,7 @@ from fluksio.execution.secrets import carried, hidden, redact, secret_inputs
 from fluksio.execution.secrets import resolve as resolve_secret
 from fluksio.execution.values import encode, receive
 from fluksio.execution.warm import StartOnGpus
+from fluksio.failures import redis_outage
 from fluksio.flows.flow import Flow
 from fluksio.flows.node import NodeSpec, error_types
 from fluksio.flows.secret import NAME as SECRET_NAME
@@ -116,10 +117,7 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
 def _outage(exc: Exception) -> bool:
     """Whether ``exc`` says the run store or the broker's Redis was out for longer than its bound (their
     clients wait out shorter outages themselves)."""
-    if isinstance(exc, (StoreUnavailable, BrokerUnavailable)):
-        return True
-    # redis-py's, raised once OutageRetry gave up; embedded installations never load redis-py.
-    return type(exc).__module__.split(".")[0] == "redis" and type(exc).__name__ in ("ConnectionError", "TimeoutError")
+    return isinstance(exc, (StoreUnavailable, BrokerUnavailable)) or redis_outage(exc)
 
 
 def replay_refusal(runtime: Runtime, call: NodeCall) -> str | None:

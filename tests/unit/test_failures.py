@@ -22,6 +22,7 @@ from fluksio.failures import (
     classify,
     lost_message,
     reason,
+    redis_outage,
     store_message,
 )
 
@@ -81,6 +82,14 @@ def test_waiting_can_mend_an_outage_but_not_a_refused_login_or_tls() -> None:
     kinds = {kind: classify(exc).transient for exc, kind in REDIS_CASES}
     assert kinds[REFUSED] and kinds[UNKNOWN_HOST] and kinds[TIMED_OUT] and kinds[CLOSED]
     assert not kinds[AUTHENTICATION] and not kinds[TLS] and not kinds[NOT_REDIS]
+
+
+def test_a_redis_outage_is_a_lost_connection_or_timeout_not_a_refused_login_nor_another_error() -> None:
+    assert redis_outage(rx.ConnectionError("Error 111 connecting to h:6379. Connection refused."))
+    assert redis_outage(rx.TimeoutError("Timeout reading from socket"))
+    assert not redis_outage(rx.AuthenticationError("invalid username-password pair"))  # a ConnectionError too
+    assert not redis_outage(rx.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"))
+    assert not redis_outage(ConnectionRefusedError("not redis-py's: the caller's own to judge"))
 
 
 @pytest.mark.parametrize(("exc", "kind"), REDIS_CASES)

@@ -71,11 +71,6 @@ class Wakeups:
                 for call_id in [call_id for call_id, waiter in self._waiters.items() if waiter.run_id == run_id]:
                     self._drop(call_id)
 
-    @property
-    def listening(self) -> bool:
-        with self._lock:
-            return bool(self._everything or self._runs)
-
     def waits(self, call_id: str, run_id: str | None, kind: Kind | None, order: str, behind: bool = False) -> None:
         """The call was refused (``behind``: for ``Why.BEHIND``): it waits, keeping the place it first had."""
         if run_id is None:

@@ -55,6 +55,10 @@ class Cluster:
     def client(self) -> Client:
         return connect(self.settings())
 
+    def marked(self, tag: str) -> list[str]:
+        """The names of the marks the installation's nodes left under ``tag`` (``tag.*``), sorted."""
+        return sorted(p.name for p in self.marks.glob(f"{tag}.*"))
+
     def start_worker(self, name: str, *args: str, cwd: Path | None = None,
                      env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         """A `fluksio worker` named ``name``, in working directory ``cwd`` (default: this process's), with ``env``

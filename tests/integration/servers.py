@@ -12,7 +12,8 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +270,13 @@ class MotoServer:
         self.client().create_bucket(Bucket=name)  # type: ignore[attr-defined]
         return name
 
+    def use_in(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """This process (and the processes it starts) use this server, whatever AWS_* this machine has set."""
+        for key in [key for key in os.environ if key.startswith("AWS_")]:
+            monkeypatch.delenv(key)
+        for key, value in self.env.items():
+            monkeypatch.setenv(key, value)
+
     def stop(self) -> None:
         if self.process is not None:
             self.process.terminate()
@@ -278,3 +286,14 @@ class MotoServer:
                 self.process.kill()
                 self.process.wait(5)
             self.process = None
+
+
+@contextmanager
+def running_moto(workdir: Path, bucket: str) -> Iterator[MotoServer]:
+    """A moto server with ``bucket`` made, stopped afterwards (a module's fixture)."""
+    server = MotoServer(workdir).start()
+    try:
+        server.create_bucket(bucket)
+        yield server
+    finally:
+        server.stop()

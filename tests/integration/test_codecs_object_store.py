@@ -3,7 +3,6 @@ back through its local cache, the same types and contents as with a folder."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 
 from fluksio import Client, RunStatus, Settings, connect
 from tests.integration import codec_flows as flows
-from tests.integration.servers import MotoServer
+from tests.integration.servers import MotoServer, running_moto
 
 pytestmark = pytest.mark.integration
 
@@ -22,20 +21,13 @@ BUCKET = "codecs"
 
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    server = MotoServer(tmp_path_factory.mktemp("moto")).start()
-    try:
-        server.create_bucket(BUCKET)
+    with running_moto(tmp_path_factory.mktemp("moto"), BUCKET) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 def client(moto: MotoServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Client]:
-    for key in [k for k in os.environ if k.startswith("AWS_")]:
-        monkeypatch.delenv(key)
-    for key, value in moto.env.items():
-        monkeypatch.setenv(key, value)
+    moto.use_in(monkeypatch)
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'fluksio.db'}", cpus=2, machine_name="local",
                         artifacts_dir=f"s3://{BUCKET}/t-{uuid.uuid4().hex[:12]}", artifacts_cache=tmp_path / "cache")
     with connect(settings) as connected:

@@ -31,10 +31,6 @@ def client(cluster: Cluster) -> Iterator[Client]:
         yield connected
 
 
-def marks(cluster: Cluster, tag: str) -> list[str]:
-    return sorted(p.name for p in cluster.marks.glob(f"{tag}.*")) if cluster.marks.exists() else []
-
-
 def test_a_40_element_map_across_two_workers_never_runs_more_calls_than_cpus(client: Client,
                                                                              cluster: Cluster) -> None:
     record = client.submit(flows.mapped_marks, {"tag": "wide", "items": list(range(40)), "pause": 0.1}).wait(
@@ -49,7 +45,7 @@ def test_a_40_element_map_across_two_workers_never_runs_more_calls_than_cpus(cli
     cpus = {"map-a": 1, "map-b": 1, "map-gpu": 2}
     for machine, intervals in by_machine.items():
         assert max_overlap(intervals) <= cpus[machine], (machine, intervals)
-    assert len(marks(cluster, "wide")) == 40  # one call per element, no element twice
+    assert len(cluster.marked("wide")) == 40  # one call per element, no element twice
 
 
 def test_a_gpu_mapped_node_gets_distinct_gpu_ids_per_concurrent_element(client: Client) -> None:
@@ -67,8 +63,8 @@ def test_a_gpu_mapped_node_gets_distinct_gpu_ids_per_concurrent_element(client: 
 
 def test_cancel_mid_map_kills_the_running_elements_and_starts_no_new_one(client: Client, cluster: Cluster) -> None:
     run = client.submit(flows.stuck_map, {"tag": "stuckmap", "items": list(range(6))})
-    wait_for(lambda: len(marks(cluster, "stuckmap")) >= 3, 30, "three elements to start")  # map-a, map-b, map-gpu ×2
-    started = marks(cluster, "stuckmap")
+    wait_for(lambda: len(cluster.marked("stuckmap")) >= 3, 30, "three elements to start")  # map-a, map-b, map-gpu ×2
+    started = cluster.marked("stuckmap")
     client.cancel(run.id)
     record = run.wait(timeout=30)
     assert record.status is RunStatus.CANCELLED
@@ -76,18 +72,18 @@ def test_cancel_mid_map_kills_the_running_elements_and_starts_no_new_one(client:
     assert len(killed) == len(started) and {n.error for n in killed} == {"cancelled while running"}
     pids = {int(name.rsplit(".", 1)[1]) for name in started}
     wait_for(lambda: not any(alive(pid) for pid in pids), 15, "the cancelled elements' processes to die")
-    assert marks(cluster, "stuckmap") == started  # no element started after the cancel
+    assert cluster.marked("stuckmap") == started  # no element started after the cancel
     assert all(m["calls"] == 0 for m in client.placement()["machines"])
 
 
 def test_a_rerun_with_one_element_added_runs_one_call(client: Client, cluster: Cluster) -> None:
     first = client.submit(flows.mapped_marks, {"tag": "grow", "items": [1, 2, 3], "pause": 0.0}).wait(timeout=60)
     assert first.status is RunStatus.OK
-    assert len(marks(cluster, "grow")) == 3
+    assert len(cluster.marked("grow")) == 3
     second = client.submit(flows.mapped_marks, {"tag": "grow", "items": [1, 2, 3, 4], "pause": 0.0}).wait(
         timeout=60)
     assert second.status is RunStatus.OK
-    assert [m.split(".")[1] for m in marks(cluster, "grow")].count("4") == 1 and len(marks(cluster, "grow")) == 4
+    assert [m.split(".")[1] for m in cluster.marked("grow")].count("4") == 1 and len(cluster.marked("grow")) == 4
     statuses = {n.index: n.status.value for n in second.nodes if n.node == "mark_element"}
     assert statuses == {0: "cached", 1: "cached", 2: "cached", 3: "ok"}
 
@@ -98,10 +94,10 @@ def test_resume_after_one_element_failed_runs_that_element_alone(client: Client,
     failed = client.submit(flows.flaky_map, {"tag": "flaky", "items": [0, 1, 2, 3]}).wait(timeout=60)
     assert failed.status is RunStatus.ERROR and "element_fails_while_flagged[2]" in failed.status_reason
     (cluster.marks / "flaky.fail").unlink()
-    before = [m for m in marks(cluster, "flaky") if m != "flaky.fail"]
+    before = [m for m in cluster.marked("flaky") if m != "flaky.fail"]
     assert len(before) == 4
     resumed = client.resume(failed.id).wait(timeout=60)
     assert resumed.status is RunStatus.OK, resumed.status_reason
     assert resumed.result == {"ys": [0, 10, 20, 30]}
-    after = [m for m in marks(cluster, "flaky") if m not in before]
+    after = [m for m in cluster.marked("flaky") if m not in before]
     assert [m.split(".")[1] for m in after] == ["2"]  # that element alone ran again

@@ -12,8 +12,8 @@ import pytest
 from fluksio import Client, RunStatus, connect
 from fluksio.client import RunHandle
 from tests.integration import fairshare_flows as flows
-from tests.integration.cluster import Cluster
-from tests.integration.servers import RedisServer, wait_for
+from tests.integration.cluster import Cluster, running_cluster
+from tests.integration.servers import wait_for
 from tests.integration.test_distributed import max_overlap
 
 pytestmark = pytest.mark.integration
@@ -31,18 +31,9 @@ WORKERS = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    workdir = tmp_path_factory.mktemp("fairshare")
-    server = RedisServer(workdir / "redis").start()
-    setup = Cluster(workdir, server)
-    setup.env.update({"FLUKSIO_FLOWS": str(Path(flows.__file__)), "FLUKSIO_POOLS": '{"licenses": 2}'})
-    try:
-        for name, flags in WORKERS.items():
-            setup.start_worker(name, *flags)
-        setup.wait_attached(*(name for name in WORKERS if name != "drv"))
+    env = {"FLUKSIO_FLOWS": str(Path(flows.__file__)), "FLUKSIO_POOLS": '{"licenses": 2}'}
+    with running_cluster(tmp_path_factory.mktemp("fairshare"), WORKERS, env=env) as setup:
         yield setup
-    finally:
-        setup.stop_all()
-        server.stop()
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from fluksio.artifacts import ObjectArtifactStore, open_store
 from fluksio.errors import ArtifactError, ConfigError
 from tests.integration import object_store_flows
 from tests.integration.cluster import Cluster
-from tests.integration.servers import MotoServer, RedisServer, free_port
+from tests.integration.servers import MotoServer, RedisServer, free_port, running_moto
 from tests.integration.stall_proxy import StallingProxy
 
 pytestmark = pytest.mark.integration
@@ -35,22 +35,14 @@ BUCKET = "fluksio"
 
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
-    server = MotoServer(tmp_path_factory.mktemp("moto")).start()
-    try:
-        server.create_bucket(BUCKET)
+    with running_moto(tmp_path_factory.mktemp("moto"), BUCKET) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(autouse=True)
 def aws_environment(moto: MotoServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """This process (and the processes it starts) use the moto server, whatever this machine has set."""
-    for key in list(os.environ):
-        if key.startswith("AWS_"):
-            monkeypatch.delenv(key)
-    for key, value in moto.env.items():
-        monkeypatch.setenv(key, value)
+    moto.use_in(monkeypatch)
 
 
 @pytest.fixture

@@ -34,12 +34,8 @@ def client(cluster: Cluster) -> Iterator[Client]:
         yield connected
 
 
-def marks(cluster: Cluster, tag: str) -> list[str]:
-    return sorted(p.name for p in cluster.marks.glob(f"{tag}.*")) if cluster.marks.exists() else []
-
-
 def started_calls(cluster: Cluster, tag: str) -> list[str]:
-    return [m for m in marks(cluster, tag) if m.count(".") >= 3 and not m.endswith((".hold", ".fail"))]
+    return [m for m in cluster.marked(tag) if m.count(".") >= 3 and not m.endswith((".hold", ".fail"))]
 
 
 def test_the_search_example_with_six_trials_across_two_workers(client: Client) -> None:

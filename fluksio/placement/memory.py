@@ -185,7 +185,8 @@ class MemoryBooks(Books):
         kind = ask.kind
         if kind.pool is not None and self._pool_used(kind.pool) >= kind.pool_limit:
             return Refusal(Why.POOL, pool_reason(kind.pool, self._pool_used(kind.pool), kind.pool_limit))
-        if Paper(self._pool_used).pick(groups, kind.resources) is not None and first:
+        # No call ahead took anything (``first`` empty): the claim's own pick found nothing, so this one would not.
+        if first and Paper(self._pool_used).pick(groups, kind.resources) is not None:
             self._held_back = True
             ahead = self._waiting[first[0]]
             return Refusal(Why.BEHIND, behind_reason(ahead.node, ahead.run_id, ahead.priority))

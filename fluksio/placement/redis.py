@@ -55,11 +55,6 @@ from fluksio.schemas import Grant, Inventory, Resources
 
 log = logging.getLogger(__name__)
 
-#: Candidate lists encoded for the take script, kept per list (the placer reuses its lists until the
-#: machines change); past this many the memo starts afresh.
-ENCODED_CANDIDATES_KEPT = 256
-
-
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -104,8 +99,6 @@ class RedisBooks(Books):
         self._prune_waiting = client.register_script(redis_claim.PRUNE_WAITING)
         #: The inventories claims are planned on; see ``inventories``. ``None`` until first read.
         self._cache: _Cache | None = None
-        #: Candidate lists → their JSON for the take script; see ``ENCODED_CANDIDATES_KEPT``.
-        self._encoded: dict[tuple[str, ...], str] = {}
         self._callbacks: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
         self._listener: threading.Thread | None = None
@@ -153,8 +146,11 @@ class RedisBooks(Books):
         held = self._leave(keys=scripts.KEYS, args=[*scripts.PREFIXES, name])
         return [self._grant(name, gid, json.loads(value)) for gid, value in zip(held[::2], held[1::2])]
 
+    def _machine_names(self) -> list[str]:
+        return sorted(_text(name) for name in self.redis.smembers(MACHINES_KEY))
+
     def machines(self) -> list[MachineView]:
-        names = sorted(n.decode() if isinstance(n, bytes) else n for n in self.redis.smembers(MACHINES_KEY))
+        names = self._machine_names()
         if not names:
             return []
         pipe = self.redis.pipeline(transaction=False)
@@ -180,7 +176,7 @@ class RedisBooks(Books):
         return views
 
     def held(self) -> dict[str, list[Grant]]:
-        names = sorted(n.decode() if isinstance(n, bytes) else n for n in self.redis.smembers(MACHINES_KEY))
+        names = self._machine_names()
         pipe = self.redis.pipeline(transaction=False)
         for name in names:
             pipe.hgetall(GRANTS_KEY + name)
@@ -240,7 +236,7 @@ class RedisBooks(Books):
         reply = self._take_best(keys=scripts.KEYS, args=[
             *scripts.PREFIXES, generation, resources.cpus, resources.gpus, resources.ram_mb, grant_id,
             clamped_from.model_dump_json() if clamped_from else "",
-            "" if candidates is None else self._encode(candidates),
+            "" if candidates is None else json.dumps(list(candidates)),
         ])
         kind = reply[0]
         if kind == b"granted":
@@ -285,16 +281,6 @@ class RedisBooks(Books):
             pipe.hkeys(POOL_KEY + pool)
         return {pool: sorted(_text(holder) for holder in holders)
                 for pool, holders in zip(pools, pipe.execute(), strict=True)}
-
-    def _encode(self, candidates: Sequence[str]) -> str:
-        """The candidates as the take script's JSON array; encoded once per list, not once per claim."""
-        names = candidates if isinstance(candidates, tuple) else tuple(candidates)
-        encoded = self._encoded.get(names)
-        if encoded is None:
-            if len(self._encoded) >= ENCODED_CANDIDATES_KEPT:
-                self._encoded = {}  # lists of machines long gone: start afresh
-            encoded = self._encoded[names] = json.dumps(names)
-        return encoded
 
     def start(self, grant: Grant, token: str) -> bool:
         return bool(self._start(keys=[GRANTS_KEY + grant.machine], args=[grant.id, token]))

@@ -88,7 +88,7 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
                              f"{exc}") from exc
     flow, refusal = _flow_for(runtime, call)
     if flow is None:
-        _settle(runtime, call, started, status="error", error=refusal)
+        settle(runtime, call, started=started, status="error", error=refusal)
         return
     runtime.events.publish("node_started", run_id=call.run_id, node=call.unit, machine=grant.machine,
                            gpus=list(grant.gpus), attempt=call.attempt)
@@ -100,18 +100,18 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
             ran = start_on_gpus(call, grant.gpus, node.timeout_s)
         else:
             ran = run_node_here(runtime, node, call, secrets=secret_inputs(flow))
-        _settle(runtime, call, started, status="ok", outputs=ran.outputs, artifacts=ran.artifacts, logs=ran.logs)
+        settle(runtime, call, started=started, status="ok", outputs=ran.outputs, artifacts=ran.artifacts, logs=ran.logs)
     except NodeFailed as exc:
-        _settle(runtime, call, started, status="error", error=str(exc), logs=exc.logs, error_types=exc.error_types,
-                oom=exc.oom)
+        settle(runtime, call, started=started, status="error", error=str(exc), logs=exc.logs,
+               error_types=exc.error_types, oom=exc.oom)
     except interrupt.CallCancelled:
-        _settle(runtime, call, started, status="error", error="cancelled while running")
+        settle(runtime, call, started=started, status="error", error="cancelled while running")
     except ArtifactError as exc:  # the store failed or timed out: this node's error (retried per its retries)
-        _settle(runtime, call, started, status="error", error=str(exc))
+        settle(runtime, call, started=started, status="error", error=str(exc))
     except Exception as exc:  # anything else fluksio itself got wrong must still end the call
         log.exception("node call %s failed inside fluksio", call.call_id)
-        _settle(runtime, call, started, status="error",
-                error=f"fluksio failed to run the node: {type(exc).__name__}: {exc}")
+        settle(runtime, call, started=started, status="error",
+               error=f"fluksio failed to run the node: {type(exc).__name__}: {exc}")
 
 
 def _outage(exc: Exception) -> bool:
@@ -160,14 +160,6 @@ def other_code(machine: str, flow: str, here: str, claimed: str) -> str:
     return (f"machine {machine} loaded other code for flow {flow!r} than this run was claimed with "
             f"({short(here)} here, {short(claimed)} in the run's driver): its files changed since one of them "
             f"started; restart `fluksio worker` on {machine} (or the drivers) so that both load the same code")
-
-
-def _settle(runtime: Runtime, call: NodeCall, started: str, *, status: Literal["ok", "error"],
-            outputs: dict[str, Any] | None = None, artifacts: tuple[MadeArtifact, ...] = (), logs: str | None = None,
-            error: str | None = None, error_types: tuple[str, ...] = (), oom: bool = False) -> None:
-    """Give the call's resources back, then tell its driver how it ended (the one place a completion is made)."""
-    settle(runtime, call, started=started, status=status, outputs=outputs, artifacts=artifacts, logs=logs,
-           error=error, error_types=error_types, oom=oom)
 
 
 def settle(runtime: Runtime, call: NodeCall, *, started: str | None, status: Literal["ok", "error"],

@@ -221,6 +221,10 @@ class Flow:
                 stack += [node.subflow for node in flow.nodes.values() if node.subflow is not None]
         return list(found.values())
 
+    def all_nodes(self) -> list[NodeSpec]:
+        """Its nodes and those of every flow it runs as child runs: what an installation must be able to run."""
+        return [node for flow in (self, *self.subflows()) for node in flow.nodes.values()]
+
     @property
     def order(self) -> list[str]:
         return topological_order(self.nodes, self.providers)

@@ -165,7 +165,7 @@ def check_priority(priority: Any) -> int:
 def check_placeable(flow: Flow, machines: list[Inventory]) -> None:
     """In the embedded default no other machine can ever attach: refuse labels nobody carries now (in the
     flow, and in the flows it runs as subflows)."""
-    for node in (n for f in (flow, *flow.subflows()) for n in f.nodes.values()):
+    for node in flow.all_nodes():
         if node.device is None or node.device_policy is not DevicePolicy.REQUIRE:
             continue
         if not any(m.carries(node.device) for m in machines):
@@ -180,7 +180,7 @@ def check_placeable(flow: Flow, machines: list[Inventory]) -> None:
 
 def check_pools(flow: Flow, pools: Mapping[str, int]) -> None:
     """Every pool a node names (in the flow, and in the flows it runs as subflows) is one of the installation's."""
-    for node in (n for f in (flow, *flow.subflows()) for n in f.nodes.values()):
+    for node in flow.all_nodes():
         if node.pool is not None and node.pool not in pools:
             known = ", ".join(f"{name} ({slots})" for name, slots in sorted(pools.items())) or "none"
             raise RunRejected(

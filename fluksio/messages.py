@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from fluksio.errors import MessageRefused
-from fluksio.schemas import Grant
+from fluksio.schemas import Grant, unit_of
 
 #: The ``kind`` of each inbox message on the wire.
 DONE, WAKE, CANCEL, CHILD = "done", "wake", "cancel", "child"
@@ -74,7 +74,7 @@ class NodeCall:
     @property
     def unit(self) -> str:
         """``node``, or ``node[index]`` for an element: how logs, Flower and metric names call it."""
-        return self.node if self.index is None else f"{self.node}[{self.index}]"
+        return unit_of(self.node, self.index)
 
     def to_wire(self) -> dict[str, Any]:
         return {"call_id": self.call_id, "run_id": self.run_id, "flow": self.flow, "node": self.node,
@@ -136,7 +136,7 @@ class Completion:
 
     @property
     def unit(self) -> str:
-        return self.node if self.index is None else f"{self.node}[{self.index}]"
+        return unit_of(self.node, self.index)
 
     @property
     def ok(self) -> bool:

@@ -85,6 +85,11 @@ class RunStatus(str, Enum):
         return self not in (RunStatus.QUEUED, RunStatus.RUNNING)
 
 
+def unit_of(node: str, index: int | None) -> str:
+    """The unit of a node (``index`` ``None``) or of one of its elements: ``count[3]``."""
+    return node if index is None else f"{node}[{index}]"
+
+
 class NodeStatus(str, Enum):
     OK = "ok"
     ERROR = "error"

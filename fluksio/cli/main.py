@@ -19,7 +19,7 @@ from fluksio.cli.params import parse_grid, parse_params, parse_seeds, string_inp
 from fluksio.client import Client, RunHandle
 from fluksio.errors import FluksioError
 from fluksio.runs.metrics import latest_of, series_of
-from fluksio.schemas import RunStatus
+from fluksio.schemas import RunStatus, unit_of
 from fluksio.store.metrics import latest_metrics
 from fluksio.store.nodes import artifacts_of
 
@@ -238,13 +238,13 @@ def show(run_id: str, logs_of: str | None, as_json: bool) -> None:
         record = client.get(run_id)
         if logs_of:
             # A node's name shows every row of it (each element of a mapped node); `count[3]` one element's.
-            rows = [n for n in record.nodes if logs_of in (n.node, _unit(n.node, n.index))]
+            rows = [n for n in record.nodes if logs_of in (n.node, unit_of(n.node, n.index))]
             if not rows:
                 names = ", ".join(dict.fromkeys(n.node for n in record.nodes))
                 raise click.BadParameter(f"run {record.id} has no node {logs_of!r} (nodes: {names}; an element of "
                                          "a mapped node is node[i])", param_hint="--logs")
             for row in rows:
-                click.echo(f"── {_unit(row.node, row.index)} attempt {row.attempt} ({row.status.value}) ──")
+                click.echo(f"── {unit_of(row.node, row.index)} attempt {row.attempt} ({row.status.value}) ──")
                 click.echo(row.logs or "(no output)")
             return
         if as_json:
@@ -252,10 +252,6 @@ def show(run_id: str, logs_of: str | None, as_json: bool) -> None:
             return
         db = client.runtime.db
         render.console().print(render.run_summary(record, series_of(db, record.id), artifacts_of(db, record.id)))
-
-
-def _unit(node: str, index: int | None) -> str:
-    return node if index is None else f"{node}[{index}]"
 
 
 @cli.command()

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from fluksio.driver.walk import Walk, unit_of
-from fluksio.schemas import NodeStatus
+from fluksio.driver.walk import Walk
+from fluksio.schemas import NodeStatus, unit_of
 
 
 class EarlierRow(Protocol):

@@ -27,7 +27,7 @@ from enum import Enum
 from typing import Any
 
 from fluksio.flows.flow import Flow
-from fluksio.schemas import NodeStatus
+from fluksio.schemas import NodeStatus, unit_of
 
 #: The longest list (product of lists) a mapped node maps over unless the settings say otherwise.
 MAX_ELEMENTS = 100_000
@@ -51,11 +51,6 @@ ROW_STATUS: dict[NodeState, NodeStatus] = {
     NodeState.DONE: NodeStatus.OK, NodeState.FAILED: NodeStatus.ERROR,
     NodeState.SKIPPED: NodeStatus.SKIPPED, NodeState.CANCELLED: NodeStatus.CANCELLED,
 }
-
-
-def unit_of(node: str, index: int | None) -> str:
-    """The unit of a node (``index`` ``None``) or of one of its elements: ``count[3]``."""
-    return node if index is None else f"{node}[{index}]"
 
 
 def split_unit(unit: str) -> tuple[str, int | None]:

@@ -20,7 +20,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from fluksio.schemas import NodeStatus, RunRecord, RunStatus
+from fluksio.schemas import NodeStatus, RunRecord, RunStatus, unit_of
 
 #: The header that carries a webhook's signature.
 SIGNATURE_HEADER = "X-Fluksio-Signature"
@@ -30,7 +30,7 @@ def failed_nodes(record: RunRecord) -> list[str]:
     """Nodes whose latest attempt failed, in the order their rows were written."""
     latest: dict[str, str] = {}
     for node in record.nodes:
-        key = node.node if node.index is None else f"{node.node}[{node.index}]"
+        key = unit_of(node.node, node.index)
         latest[key] = node.status.value
     return [name for name, status in latest.items() if status == NodeStatus.ERROR.value]
 

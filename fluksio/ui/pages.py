@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 from fluksio.errors import RunNotFound
 from fluksio.messages import call_id
-from fluksio.schemas import NodeRecord, RunStatus
+from fluksio.schemas import NodeRecord, RunStatus, unit_of
 from fluksio.ui import queries, svg, views
 from fluksio.ui.api import run_filters
 from fluksio.ui.base import ExplorerHandler
@@ -78,7 +78,7 @@ class RunPage(Page):
             epoch = views.epoch_of(node, record.resume_count, detail.resumed_at)
             if epoch is None:
                 return None
-            unit = node.node if node.index is None else f"{node.node}[{node.index}]"
+            unit = unit_of(node.node, node.index)
             return views.flower_task_url(flower, call_id(record.id, epoch, unit, node.attempt))
 
         return link

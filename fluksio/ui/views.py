@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from fluksio.schemas import NodeRecord, RunRecord
+from fluksio.schemas import NodeRecord, RunRecord, unit_of
 from fluksio.ui.svg import Bar
 
 #: Statuses of a call that did not do its work: shown first, and what a group's summary leads with.
@@ -69,7 +69,7 @@ class Call:
 
     @property
     def label(self) -> str:
-        return self.node if self.index is None else f"{self.node}[{self.index}]"
+        return unit_of(self.node, self.index)
 
     @property
     def failed(self) -> bool:
@@ -144,7 +144,7 @@ def timeline_bars(record: RunRecord, href: Callable[[NodeRecord], str | None] | 
     bars = []
     for n in ran:
         assert n.started_at is not None and n.finished_at is not None
-        name = n.node if n.index is None else f"{n.node}[{n.index}]"
+        name = unit_of(n.node, n.index)
         took = fmt_duration(n.duration_ms)
         gpus = f", GPUs {','.join(map(str, n.gpus))}" if n.gpus else ""
         attempt = f", attempt {n.attempt}" if n.attempt > 1 else ""

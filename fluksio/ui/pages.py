@@ -44,7 +44,8 @@ class Page(ExplorerHandler):
 class RunsPage(Page):
     async def get(self) -> None:
         filters = run_filters(self)
-        page = await self.explorer.call(queries.list_runs, self.explorer.client, filters)
+        whole = self.arg("live") is None  # the live refresh replaces the table, not the filter's suggestions
+        page = await self.explorer.call(queries.list_runs, self.explorer.client, filters, whole)
         newer = filters.offset > 0
         older = filters.offset + len(page.records) < page.total
         base = f"{self.explorer.base}/?"

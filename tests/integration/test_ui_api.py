@@ -289,6 +289,11 @@ def test_pages_answer_html_and_carry_the_timing_and_safety_headers(inst: Install
     error(inst.ui.get("/?junk=%ff"), 400, "Invalid unicode in junk")  # any argument, even one the page ignores
 
 
+def test_the_runs_page_suggests_every_flow_s_name_in_its_filter(inst: Installation) -> None:
+    flow = inst.client.get(inst.single).flow
+    assert f'<option value="{flow}">' in inst.ui.get("/").body.decode()
+
+
 # -- where it listens, and who may ask ----------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ from fluksio.cli.connection import lost_connection, open_client
 from fluksio.cli.params import parse_grid, parse_params, parse_seeds, string_inputs
 from fluksio.client import Client, RunHandle
 from fluksio.errors import FluksioError
-from fluksio.runs.metrics import latest_of, series_of
+from fluksio.runs.metrics import latest_values_of_runs, series_of
 from fluksio.schemas import RunStatus, unit_of
 from fluksio.store.metrics import latest_metrics
 from fluksio.store.nodes import artifacts_of
@@ -199,7 +199,7 @@ def sweep(flow: str, grid: tuple[str, ...], seeds: str | None, params: tuple[str
         result = client.sweep(resolved, parse_grid(grid), parse_seeds(seeds), fixed, no_cache, priority)
         render.console(stderr=True).print(f"group [bold]{result.group_id}[/bold]: {len(result.runs)} run(s)")
         records = result.wait()
-        latest = {r.id: {n: v for n, (_s, v) in latest_of(client.runtime.db, r.id).items()} for r in records}
+        latest = latest_values_of_runs(client.runtime.db, [r.id for r in records])
         out = render.console()
         out.print(render.runs_table(records, latest, width=out.width))
         sys.exit(0 if all(r.status is RunStatus.OK for r in records) else EXIT_RUN_FAILED)
@@ -219,7 +219,7 @@ def runs(flow: str | None, status: str | None, group: str | None, schedule_name:
     with _client() as client:
         records = client.runs(flow=flow, status=status, group=group, limit=limit, schedule=schedule_name,
                               parent=parent)
-        latest = {r.id: {n: v for n, (_s, v) in latest_of(client.runtime.db, r.id).items()} for r in records}
+        latest = latest_values_of_runs(client.runtime.db, [r.id for r in records])
         if as_json:
             click.echo(json.dumps([{**json.loads(r.model_dump_json()), "metrics": latest[r.id]} for r in records],
                                   indent=2))

@@ -84,7 +84,8 @@ def series_of(db: Database, run_id: str) -> dict[str, list[tuple[int, float]]]:
 
 
 def latest_of(db: Database, run_id: str) -> dict[str, tuple[int, float]]:
-    """Each metric's newest ``(step, value)``, following cached nodes like :func:`series_of`."""
+    """Each metric's newest ``(step, value)``, following cached nodes like :func:`series_of` (one run; for a page
+    of them, :func:`latest_of_runs`)."""
     return _following_cache(db, run_id, latest_metrics)
 
 
@@ -127,3 +128,9 @@ def latest_of_runs(db: Database, run_ids: list[str]) -> dict[str, dict[str, tupl
                 mine[name] = origin[there]
     return {run_id: dict(sorted(found.get(run_id, {}).items(), key=lambda item: _series_order(item[0])))
             for run_id in run_ids}
+
+
+def latest_values_of_runs(db: Database, run_ids: list[str]) -> dict[str, dict[str, float]]:
+    """Each run's metrics' newest values (what tables and comparisons show), as :func:`latest_of_runs` finds them."""
+    return {run_id: {name: value for name, (_step, value) in latest.items()}
+            for run_id, latest in latest_of_runs(db, run_ids).items()}

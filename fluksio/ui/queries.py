@@ -17,7 +17,7 @@ from typing import Any
 from fluksio.artifacts.artifact import validate_digest
 from fluksio.client import Client
 from fluksio.errors import ArtifactError, InvalidRequest, RunNotFound, RunRejected
-from fluksio.runs.metrics import latest_of_runs, sources_of
+from fluksio.runs.metrics import latest_values_of_runs, sources_of
 from fluksio.schemas import RunRecord, RunStatus
 from fluksio.store import runs as run_rows
 from fluksio.store.metrics import read_series
@@ -81,8 +81,7 @@ def list_runs(client: Client, filters: RunFilters, flow_names: bool = False) -> 
     parent = run_rows.get_run(db, filters.parent).id if filters.parent else None
     records = client.runs(flow=filters.flow, status=filters.status, group=filters.group, limit=filters.limit,
                           parent=parent, offset=filters.offset)
-    latest = latest_of_runs(db, [r.id for r in records])
-    return RunsPage(filters, records, {rid: {n: v for n, (_s, v) in m.items()} for rid, m in latest.items()},
+    return RunsPage(filters, records, latest_values_of_runs(db, [r.id for r in records]),
                     run_rows.count_runs(db, filters.flow, filters.status, filters.group, parent),
                     run_rows.flow_names(db) if flow_names else [])
 
@@ -223,8 +222,7 @@ def compare(client: Client, run_ids: list[str], group: str | None, metric: str |
         records += members[::-1]
         in_group = run_rows.count_runs(db, group=group)
     records = list({r.id: r for r in records}.values())
-    latest = latest_of_runs(db, [r.id for r in records])
-    finals = {rid: {n: v for n, (_s, v) in m.items()} for rid, m in latest.items()}
+    finals = latest_values_of_runs(db, [r.id for r in records])
     names = sorted({n for m in finals.values() for n in m})
     if metric is not None and metric not in names:
         raise InvalidRequest(f"none of these runs has a metric {metric!r} (they have: {', '.join(names) or 'none'})")

@@ -37,6 +37,20 @@ def test_run_prints_the_result_and_exits_0_then_show_and_runs_find_it(tmp_path: 
     assert (tmp_path / ".fluksio" / "fluksio.db").is_file()
 
 
+def test_run_and_sweep_record_the_priority_they_are_given(tmp_path: Path) -> None:
+    done = fluksio("run", str(REPO / "examples/hello.py"), "-p", "name=ada", "--priority", "7", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["priority"] == 7
+    (tmp_path / "swept.py").write_text(SWEPT)
+    swept = fluksio("sweep", "swept.py:flow", "-g", "lr=0.1,0.01", "--seeds", "1", "--priority", "3", cwd=tmp_path)
+    assert swept.returncode == 0, swept.stderr
+    group = swept.stderr.split("group ")[1].split(":")[0].strip()
+    assert [r["priority"] for r in json.loads(fluksio("runs", "--group", group, "--json", cwd=tmp_path).stdout)] == [
+        3, 3]
+    refused = fluksio("run", str(REPO / "examples/hello.py"), "-p", "name=ada", "--priority", "high", cwd=tmp_path)
+    assert refused.returncode == 2 and "--priority" in refused.stderr and "Traceback" not in refused.stderr
+
+
 def test_a_failing_run_exits_1_and_names_the_node(tmp_path: Path) -> None:
     (tmp_path / "failing.py").write_text(
         "from fluksio import Flow\n"

@@ -188,6 +188,22 @@ def test_timeout_fails_a_node_that_runs_too_long(client: Client) -> None:
     assert time.monotonic() - started < 1.9  # the run did not wait for the sleeping function
 
 
+def test_each_element_of_a_mapped_node_has_its_own_timeout(client: Client) -> None:
+    flow = Flow("slow_element", inputs={"items": list[int]}, outputs=["xs"])
+
+    @flow.node(provides="xs", map={"item": "items"}, timeout_s=0.3)
+    def sleepy(item: int) -> int:
+        if item == 1:
+            time.sleep(2)
+        return item
+
+    record = client.submit(flow, {"items": [0, 1, 2]}).wait(timeout=30)
+    assert record.status is RunStatus.ERROR
+    rows = {n.index: n for n in record.nodes}
+    assert rows[0].status.value == rows[2].status.value == "ok"
+    assert rows[1].status.value == "error" and "timed out after 0.3 s" in (rows[1].error or "")
+
+
 def test_the_worker_survives_a_failing_node(client: Client) -> None:
     flow = Flow("boom")
 

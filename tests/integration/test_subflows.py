@@ -75,6 +75,23 @@ def test_the_search_example_runs_each_trial_as_a_child_run_linked_to_its_parent(
         assert client.metrics(child.id) == {"loss": [(s, child.params["lr"] / (s + 1)) for s in range(5)]}
 
 
+def test_a_child_s_seed_input_is_the_parent_s_unless_a_parameter_gives_it(client: Client) -> None:
+    child = Flow("seeded_child", inputs={"seed": int}, outputs=["seen"])
+
+    @child.node(provides="seen")
+    def echo(seed: int) -> int:
+        return seed
+
+    parent = Flow("seeded_parent", inputs={"seed": int}, outputs=["given", "inherited"])
+    parent.subflow(child, name="given", params={"seed": 11}, provides={"seen": "given"})
+    parent.subflow(child, name="inherited", provides={"seen": "inherited"})
+    record = client.submit(parent, {}, seed=7).wait(timeout=60)
+    assert record.status is RunStatus.OK, record.status_reason
+    assert record.result == {"given": 11, "inherited": 7}
+    by_node = {c.parent_node: c for c in client.runs(parent=record.id)}
+    assert by_node["given"].params == {"seed": 11} and by_node["inherited"].params == {"seed": 7}
+
+
 def test_a_child_that_was_restored_entirely_from_the_cache_makes_its_parent_row_cached(client: Client) -> None:
     search = search_flow(train_flow(name="train_cached"), name="search_cached")
     first = client.submit(search, {"n": 2, "epochs": 3}, seed=1).wait(timeout=60)

@@ -175,3 +175,36 @@ def test_a_cancel_while_a_retry_backs_off_cancels_it_at_once(make_runtime):
     assert record.status.value == "cancelled" and len(calls) == 1
     assert [(n.attempt, n.status.value, n.error) for n in sorted(record.nodes, key=lambda n: n.attempt)] == [
         (1, "error", "TimeoutError: slow"), (2, "cancelled", "cancelled while waiting to be retried")]
+
+
+# -- mapped nodes -------------------------------------------------------------------------------------------
+
+
+def test_each_element_of_a_mapped_node_is_retried_alone_and_shown_as_flow_node_index(make_runtime):
+    from fluksio.driver.drive import drive
+    from fluksio.runs.submit import submit_run
+
+    runtime = make_runtime(cpus=1)
+    flow = Flow("mapped_retries", inputs={"items": list[int]}, outputs=["xs"])
+    flow.node(lambda item: item, name="double", provides="xs", map={"item": "items"}, retries=1)
+    calls: list[tuple[str, int | None, int]] = []
+
+    def dispatch(call: NodeCall, _queue: str, display: str) -> None:
+        calls.append((display, call.index, call.attempt))
+        failed = call.index == 1 and call.attempt == 1  # the second element fails once
+        runtime.placer.release(call.grant)
+        now = datetime.now(timezone.utc).isoformat()
+        runtime.inbox.push(call.run_id, Completion(
+            call_id=call.call_id, node=call.node, index=call.index, attempt=call.attempt,
+            status="error" if failed else "ok", error="ValueError: once" if failed else None,
+            error_types=error_types(ValueError()) if failed else (), machine=call.grant.machine,
+            started_at=now, finished_at=now, outputs=None if failed else {"xs": 2 * call.inputs["items"]}, logs=""))
+
+    run, _ = submit_run(runtime.db, runtime.registry, runtime.artifacts, flow, engine="embedded",
+                        params={"items": [10, 20, 30]}, no_cache=True, embedded_machines=runtime.placer.machines())
+    drive(runtime, run.id, dispatch, lambda _call_id: None)
+    record = load_record(runtime.db, run.id)
+    assert record.status.value == "ok" and record.result == {"xs": [20, 40, 60]}
+    assert sorted(calls, key=lambda c: (c[1], c[2])) == [
+        ("mapped_retries.double[0]", 0, 1), ("mapped_retries.double[1]", 1, 1), ("mapped_retries.double[1]", 1, 2),
+        ("mapped_retries.double[2]", 2, 1)]  # Flower's name for each element; only the failed one ran again

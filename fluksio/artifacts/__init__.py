@@ -1,7 +1,8 @@
 """Content-addressed artifact storage: the :class:`Artifact` value, the store interface, its backends."""
 
-from fluksio.artifacts.artifact import Artifact, digest_of, is_ref, validate_digest
+from fluksio.artifacts.artifact import Artifact, is_ref
 from fluksio.artifacts.cache import ArtifactCache
+from fluksio.artifacts.digests import digest_of, validate_digest
 from fluksio.artifacts.factory import open_store
 from fluksio.artifacts.local import LocalArtifactStore
 from fluksio.artifacts.memory import MemoryArtifactStore

@@ -1,4 +1,4 @@
-"""``Artifact``: bytes that travel between nodes by reference, named by their sha256.
+"""``Artifact``: bytes that travel between nodes by reference, named by their digest (artifacts/digests.py).
 
 A node returns ``Artifact.from_bytes(...)`` or ``Artifact.from_path(...)``; the
 worker stores the bytes once and the message carries only
@@ -8,33 +8,18 @@ worker stores the bytes once and the message carries only
 
 from __future__ import annotations
 
-import hashlib
 import mimetypes
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fluksio.artifacts.digests import ARTIFACT_ALGORITHM, digest_of, file_digest, validate_digest
 from fluksio.errors import ArtifactError
 
 if TYPE_CHECKING:
     from fluksio.artifacts.store import ArtifactStore
 
-#: The only digest form accepted anywhere; checked before a digest touches a path.
-DIGEST_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
 #: Key of the JSON object that stands for an artifact inside a message.
 REF_KEY = "$artifact"
-
-
-def validate_digest(digest: Any) -> str:
-    if not isinstance(digest, str) or not DIGEST_PATTERN.fullmatch(digest):
-        raise ArtifactError(
-            f"{digest!r} is not an artifact digest; expected 'sha256:' followed by 64 lowercase hex characters"
-        )
-    return digest
-
-
-def digest_of(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 class Artifact:
@@ -73,12 +58,8 @@ class Artifact:
         path = Path(path)
         if not path.is_file():
             raise ArtifactError(f"Artifact.from_path: {path} is not a file")
-        hasher = hashlib.sha256()
-        with path.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                hasher.update(chunk)
         name = name or path.name
-        return cls("sha256:" + hasher.hexdigest(), path.stat().st_size, media_type or _guess_type(name), name,
+        return cls(file_digest(path, ARTIFACT_ALGORITHM), path.stat().st_size, media_type or _guess_type(name), name,
                    source=path)
 
     def read_bytes(self) -> bytes:

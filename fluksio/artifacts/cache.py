@@ -1,6 +1,6 @@
 """A size-limited folder of local copies of remote artifacts, least recently used evicted first.
 
-Layout ``<root>/sha256/ab/abcdef…`` like the folder store; files arrive through a temporary file and a
+Layout ``<root>/<algorithm>/ab/abcdef…`` like the folder store; files arrive through a temporary file and a
 rename, so a reader never sees half a copy, and several processes may share one cache. A copy's
 modification time is its last use (set on every hit: access times are often not kept), and eviction
 removes the oldest until the folder fits its limit again. The copy just added is never evicted, so an
@@ -15,9 +15,10 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
 
-from fluksio.artifacts.artifact import validate_digest
+from fluksio.artifacts.digests import ALGORITHMS, relative_path
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,7 @@ class ArtifactCache:
         self.limit_bytes = limit_bytes
 
     def file(self, digest: str) -> Path:
-        hexpart = validate_digest(digest).split(":", 1)[1]
-        return self.root / "sha256" / hexpart[:2] / hexpart
+        return self.root / relative_path(digest)
 
     def lookup(self, digest: str) -> Path | None:
         """The local copy, marked as just used; ``None`` when there is none."""
@@ -69,7 +69,7 @@ class ArtifactCache:
         """Remove least recently used copies until the rest fit the limit; returns the bytes freed."""
         copies = []
         total = 0
-        for file in self.root.glob("sha256/*/*"):
+        for file in chain.from_iterable(self.root.glob(f"{algorithm}/*/*") for algorithm in ALGORITHMS):
             try:
                 stat = file.stat()
             except FileNotFoundError:  # another process evicted it meanwhile

@@ -1,16 +1,16 @@
 """Bytes checked against their digest as they stream: a remote copy is never used unless it matches.
 
-The check costs one sha256 pass over bytes that are read anyway, so it is made on every read of a
+The check costs one pass of the digest's hasher over bytes that are read anyway, so it is made on every read of a
 remote object; a local cache file is checked once, as it is written.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 from pathlib import Path
 from typing import BinaryIO
 
+from fluksio.artifacts.digests import file_digest, hasher_for
 from fluksio.errors import ArtifactError
 
 #: Bytes read from a store per request and copied per step: large enough that a stream of many
@@ -43,7 +43,7 @@ class CheckedReader(io.RawIOBase):
         self._digest = digest
         self._where = where
         self._advice = advice
-        self._hasher = hashlib.sha256()
+        self._algorithm, self._hasher = hasher_for(digest)
         self._done = False
 
     def readable(self) -> bool:
@@ -61,7 +61,7 @@ class CheckedReader(io.RawIOBase):
                                 f"{type(exc).__name__}: {exc}") from exc
         if not data:
             self._done = True
-            got = "sha256:" + self._hasher.hexdigest()
+            got = f"{self._algorithm}:{self._hasher.hexdigest()}"
             if got != self._digest:
                 raise mismatch(self._digest, got, self._where, self._advice)
             return 0
@@ -97,10 +97,6 @@ def copy_checked(source: BinaryIO, target: BinaryIO, digest: str, where: str, ad
 
 def check_file(path: Path, digest: str, where: str) -> None:
     """Raise :class:`ArtifactError` unless the file at ``path`` (a copy fetched from ``where``) matches."""
-    hasher = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(CHUNK_BYTES), b""):
-            hasher.update(chunk)
-    got = "sha256:" + hasher.hexdigest()
+    got = file_digest(path, hasher_for(digest)[0])
     if got != digest:
         raise mismatch(digest, got, where)

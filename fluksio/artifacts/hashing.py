@@ -1,11 +1,12 @@
-"""A binary file that hashes what is written through it: bytes are digested once, on their way to disk."""
+"""A binary file that digests what is written through it: bytes are hashed once, on their way to disk."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import threading
 from typing import BinaryIO
+
+from fluksio.artifacts.digests import ALGORITHMS, VALUE_ALGORITHM
 
 #: A piece at least this large is hashed on a helper thread while it is written: both release the GIL,
 #: so a large value costs about the longer of the two rather than their sum, in bytes.
@@ -13,16 +14,18 @@ OVERLAP_BYTES = 1 << 20
 
 
 class HashingWriter(io.RawIOBase):
-    """Writes to ``target`` and keeps the sha256 and the count of every byte written (``digest``, ``size``).
+    """Writes to ``target`` and keeps the digest and the count of every byte written (``digest``, ``size``),
+    the digest of ``algorithm`` (BLAKE3 unless said: what names a codec's value).
 
     What a codec writes a value into: the value is encoded once, straight into the file that becomes the
     artifact, and never held whole in memory as bytes.
     """
 
-    def __init__(self, target: BinaryIO) -> None:
+    def __init__(self, target: BinaryIO, algorithm: str = VALUE_ALGORITHM) -> None:
         super().__init__()
         self._target = target
-        self._hasher = hashlib.sha256()
+        self._algorithm = algorithm
+        self._hasher = ALGORITHMS[algorithm]()
         #: Bytes written so far.
         self.size = 0
 
@@ -52,5 +55,5 @@ class HashingWriter(io.RawIOBase):
 
     @property
     def digest(self) -> str:
-        """``sha256:<hex>`` of the bytes written so far."""
-        return "sha256:" + self._hasher.hexdigest()
+        """``<algorithm>:<hex>`` of the bytes written so far."""
+        return f"{self._algorithm}:{self._hasher.hexdigest()}"

@@ -1,4 +1,4 @@
-"""Artifacts on a (possibly shared) filesystem: ``<root>/sha256/ab/abcdef…``."""
+"""Artifacts on a (possibly shared) filesystem: ``<root>/<algorithm>/ab/abcdef…`` (artifacts/digests.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, cast
 
-from fluksio.artifacts.artifact import Artifact, validate_digest
+from fluksio.artifacts.artifact import Artifact
+from fluksio.artifacts.digests import relative_path
 from fluksio.artifacts.hashing import HashingWriter
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import ArtifactError
@@ -20,8 +21,7 @@ class LocalArtifactStore(ArtifactStore):
         self.root = Path(root)
 
     def _file(self, digest: str) -> Path:
-        hexpart = validate_digest(digest).split(":", 1)[1]
-        return self.root / "sha256" / hexpart[:2] / hexpart
+        return self.root / relative_path(digest)
 
     def put(self, artifact: Artifact) -> Artifact:
         target = self._file(artifact.digest)

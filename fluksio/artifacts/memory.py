@@ -5,7 +5,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from fluksio.artifacts.artifact import Artifact, validate_digest
+from fluksio.artifacts.artifact import Artifact
+from fluksio.artifacts.digests import validate_digest
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import ArtifactError
 

@@ -1,4 +1,4 @@
-"""Artifacts in an object store (``s3://bucket/prefix`` or any fsspec URL): ``<prefix>/sha256/ab/abcdef…``.
+"""Artifacts in an object store (``s3://bucket/prefix`` or any fsspec URL): ``<prefix>/<algorithm>/ab/abcdef…``.
 
 The transport is fsspec (s3fs for S3: ``pip install 'fluksio[s3]'``), so the same code serves gs://,
 az:// and file:// once their fsspec package is installed. Keys are content addressed, so an upload is
@@ -9,7 +9,6 @@ folder (see cache.py) in chunks, hashed as they come: a copy that does not match
 
 from __future__ import annotations
 
-import hashlib
 import io
 import math
 import os
@@ -19,9 +18,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from fluksio.artifacts.artifact import Artifact, validate_digest
+from fluksio.artifacts.artifact import Artifact
 from fluksio.artifacts.cache import ArtifactCache
 from fluksio.artifacts.checked import CHANGED, CHUNK_BYTES, check_file, checked_stream, copy_checked, mismatch
+from fluksio.artifacts.digests import digest_of, relative_path
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import ArtifactError
 
@@ -33,8 +33,9 @@ MAX_PARTS = 9_000
 
 
 class ObjectArtifactStore(ArtifactStore):
-    """``url``: where the store lives (its ``sha256/`` keys go below it); ``cache``: where local copies go;
-    ``options``: fsspec storage options (endpoint, timeouts). ``where``: the URL as messages name it."""
+    """``url``: where the store lives (its ``sha256/`` and ``blake3/`` keys go below it); ``cache``: where
+    local copies go; ``options``: fsspec storage options (endpoint, timeouts). ``where``: the URL as
+    messages name it."""
 
     def __init__(self, url: str, cache: ArtifactCache, options: dict[str, Any] | None = None,
                  where: str | None = None) -> None:
@@ -64,8 +65,7 @@ class ObjectArtifactStore(ArtifactStore):
         return self._fs, self._root.rstrip("/")
 
     def key(self, digest: str) -> str:
-        hexpart = validate_digest(digest).split(":", 1)[1]
-        return f"{self.filesystem()[1]}/sha256/{hexpart[:2]}/{hexpart}"
+        return f"{self.filesystem()[1]}/{relative_path(digest)}"
 
     @contextmanager
     def _failures(self, doing: str, digest: str, reading: bool = True) -> Iterator[None]:
@@ -185,6 +185,6 @@ def _landed(fs: Any, key: str, size: int) -> bool:
 
 
 def _check_made(artifact: Artifact, data: bytes) -> None:
-    got = "sha256:" + hashlib.sha256(data).hexdigest()
+    got = digest_of(data, artifact.digest.split(":", 1)[0])
     if got != artifact.digest:
         raise mismatch(artifact.digest, got, f"the file of {artifact!r}", CHANGED)

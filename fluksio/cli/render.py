@@ -51,7 +51,7 @@ def size_text(size: int) -> str:
 
 def display_value(value: Any) -> Any:
     """Artifact references shown as ``artifact name (size, digest…)``; a codec's value also names its codec:
-    ``numpy arr.npy (8.0 MB, sha256:ab12…)``."""
+    ``numpy arr.npy (8.0 MB, blake3:ab12…)``."""
     if isinstance(value, dict) and set(value) == {"$artifact"}:
         body = value["$artifact"]
         kind = body.get("codec") or "artifact"

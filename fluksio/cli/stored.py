@@ -17,7 +17,7 @@ STREAM_CHUNK = 1 << 20
 
 @click.group()
 def artifact() -> None:
-    """Artifacts: bytes nodes made, stored under their sha256."""
+    """Artifacts: bytes nodes made, stored under their digest (sha256: or blake3:)."""
 
 
 @artifact.command("get")
@@ -25,8 +25,8 @@ def artifact() -> None:
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False, writable=True), required=True,
               help="File to write the bytes to ('-' for standard output).")
 def artifact_get(digest: str, output: str) -> None:
-    """Write the bytes of artifact DIGEST (sha256:…) to a file, streamed and checked against the digest."""
-    from fluksio.artifacts.artifact import validate_digest
+    """Write the bytes of artifact DIGEST (sha256:… or blake3:…) to a file, streamed and checked against the digest."""
+    from fluksio.artifacts.digests import validate_digest
     from fluksio.artifacts.factory import open_store
 
     store = open_store(load_settings(), check=True)

@@ -1,4 +1,5 @@
-"""References in parameters: ``@run:<id>.<output>`` and ``sha256:<hex>``, resolved at submit.
+"""References in parameters: ``@run:<id>.<output>`` and an artifact digest (``sha256:<hex>``, ``blake3:<hex>``),
+resolved at submit.
 
 A reference is replaced by what it names before the run is journaled, so the
 run's row holds the value it actually used. Each failure names the parameter
@@ -10,7 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fluksio.artifacts.artifact import DIGEST_PATTERN, REF_KEY, find_refs
+from fluksio.artifacts.artifact import REF_KEY, find_refs
+from fluksio.artifacts.digests import DIGEST_FORM, DIGEST_PATTERN, looks_like_digest
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import OutputNotFound, RunNotFound, RunRejected
 from fluksio.schemas import RunStatus
@@ -23,7 +25,7 @@ RUN_REFERENCE = re.compile(r"@run:(?P<run>[0-9A-Za-z]+)\.(?P<output>[A-Za-z_][A-
 
 
 def is_reference(value: Any) -> bool:
-    return isinstance(value, str) and (value.startswith("@run:") or value.startswith("sha256:"))
+    return isinstance(value, str) and (value.startswith("@run:") or looks_like_digest(value))
 
 
 def resolve(db: Database, artifacts: ArtifactStore, name: str, value: str) -> Any:
@@ -72,8 +74,7 @@ def output_of(db: Database, run_id: str, output: str) -> Any:
 
 def _artifact(db: Database, artifacts: ArtifactStore, name: str, value: str) -> dict[str, Any]:
     if not DIGEST_PATTERN.fullmatch(value):
-        raise RunRejected(f"parameter {name!r}: {value!r} is not an artifact digest; expected 'sha256:' and "
-                          "64 lowercase hex characters")
+        raise RunRejected(f"parameter {name!r}: {value!r} is not an artifact digest; expected {DIGEST_FORM}")
     row = artifact_by_digest(db, value)
     if row is None:
         raise RunRejected(f"parameter {name!r}: no run produced an artifact {value}")

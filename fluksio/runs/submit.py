@@ -107,7 +107,7 @@ def _given(flow: Flow, spec: InputSpec, original: Any, resolve: Callable[[str, s
     if spec.type is Artifact:
         if not is_ref(given) and not unresolved:
             raise RunRejected(f"input {name!r} of flow {flow.name!r} takes an artifact; pass its digest "
-                              "(sha256:…) or a run's output (@run:<id>.<output>)")
+                              "(sha256:… or blake3:…) or a run's output (@run:<id>.<output>)")
         return given
     codec = REGISTRY.for_type(spec.type) if isinstance(spec.type, type) else None
     if codec is not None:
@@ -144,7 +144,7 @@ def _codec_input(flow: Flow, name: str, codec: Codec, given: Any, store: Artifac
         return given
     if codec_for(given) is not codec:
         raise RunRejected(f"input {name!r} of flow {flow.name!r} must be a {codec.type_name}, or a reference to one "
-                          f"(@run:<id>.<output>, sha256:…); got {type(given).__module__}.{type(given).__qualname__}")
+                          f"(@run:<id>.<output>, blake3:…); got {type(given).__module__}.{type(given).__qualname__}")
     if store is None:
         return given
     try:

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fluksio.artifacts.artifact import validate_digest
+from fluksio.artifacts.digests import validate_digest
 from fluksio.client import Client
 from fluksio.errors import ArtifactError, InvalidRequest, RunNotFound, RunRejected
 from fluksio.runs.metrics import latest_values_of_runs, sources_of

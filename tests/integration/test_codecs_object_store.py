@@ -42,8 +42,8 @@ def test_typed_values_cross_a_node_boundary_through_an_object_store(client: Clie
     digest = record.result["frame"]["$artifact"]["digest"]
     prefix = str(client.settings.artifacts_dir).split("/", 3)[3]
     hexpart = digest.split(":")[1]
-    listed = moto.client().list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/sha256/")  # type: ignore[attr-defined]
-    assert f"{prefix}/sha256/{hexpart[:2]}/{hexpart}" in {item["Key"] for item in listed["Contents"]}
+    listed = moto.client().list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/blake3/")  # type: ignore[attr-defined]
+    assert f"{prefix}/blake3/{hexpart[:2]}/{hexpart}" in {item["Key"] for item in listed["Contents"]}
     pd.testing.assert_frame_equal(client.output(record.id, "frame"), flows.expected_values(5)["frame"])
 
 

@@ -6,6 +6,7 @@ import hashlib
 import io
 import os
 
+import blake3
 import pytest
 
 from fluksio.artifacts import LocalArtifactStore
@@ -21,8 +22,12 @@ def test_the_digest_and_size_are_those_of_every_byte_written_in_order(sizes):
         assert writer.write(memoryview(piece)) == len(piece)
     whole = b"".join(pieces)
     assert target.getvalue() == whole
-    assert writer.digest == "sha256:" + hashlib.sha256(whole).hexdigest()
+    assert writer.digest == "blake3:" + blake3.blake3(whole).hexdigest()
     assert writer.size == writer.tell() == len(whole)
+    sha256 = HashingWriter(io.BytesIO(), algorithm="sha256")
+    for piece in pieces:
+        sha256.write(piece)
+    assert sha256.digest == "sha256:" + hashlib.sha256(whole).hexdigest()
 
 
 def test_the_folder_store_keeps_a_stream_under_its_digest_once(tmp_path):
@@ -30,8 +35,8 @@ def test_the_folder_store_keeps_a_stream_under_its_digest_once(tmp_path):
     data = os.urandom(2 * OVERLAP_BYTES)
     first = store.put_stream(lambda file: file.write(data), name="x.bin")
     again = store.put_stream(lambda file: file.write(data), name="y.bin")
-    assert first.digest == again.digest == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert first.digest == again.digest == "blake3:" + blake3.blake3(data).hexdigest()
     assert store.get(first.digest) == data and first.read_bytes() == data
     assert (store.path(first.digest).stat().st_mode & 0o777) == 0o644  # readable by every host and user
-    assert [p.name for p in (tmp_path / "sha256").rglob("*") if p.is_file()] == [first.digest.split(":")[1]]
+    assert [p.name for p in (tmp_path / "blake3").rglob("*") if p.is_file()] == [first.digest.split(":")[1]]
     assert list((tmp_path / "tmp").iterdir()) == []

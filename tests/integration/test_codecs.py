@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from fluksio import Client, Flow, RunRecord, RunRejected, RunStatus
+from fluksio.artifacts import LocalArtifactStore
 from fluksio.errors import OutputNotFound
 from fluksio.store.nodes import artifacts_of
 from fluksio.store.runs import node_rows
@@ -122,7 +123,7 @@ def test_a_run_reference_to_a_codec_output_and_a_frame_given_at_submit_reach_the
     given = client.submit(flows.consume, {"frame": flows.expected_values(7)["frame"]}).wait(timeout=60)
     assert given.result == {"rows": 7, "first": "r0"} and given.params["frame"]["$artifact"]["codec"] == "pandas"
     with pytest.raises(RunRejected, match=r"input 'frame' of flow 'codec_consume' takes a pandas.DataFrame; "
-                                          r"sha256:[0-9a-f]{64} holds a value of codec 'numpy'"):
+                                          r"blake3:[0-9a-f]{64} holds a value of codec 'numpy'"):
         client.submit(flows.consume, {"frame": f"@run:{source.id}.arr"})
     with pytest.raises(RunRejected, match=r"must be a pandas.DataFrame, or a reference to one .*got builtins.list"):
         client.submit(flows.consume, {"frame": [1, 2]})
@@ -143,22 +144,22 @@ def test_a_mapped_node_maps_over_a_list_of_dataframes_one_call_per_frame(client:
 
 def test_a_20_mb_array_between_two_nodes_is_encoded_once_and_never_carried_as_json(
         client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = {"save": 0, "load": 0}
-    save, load = np.save, np.load
+    calls = {"encode": 0, "load": 0}
+    put_stream, load = LocalArtifactStore.put_stream, np.load
 
-    def counted_save(*args: Any, **kwargs: Any) -> None:
-        calls["save"] += 1
-        save(*args, **kwargs)
+    def counted_put_stream(*args: Any, **kwargs: Any) -> Any:
+        calls["encode"] += 1
+        return put_stream(*args, **kwargs)
 
     def counted_load(*args: Any, **kwargs: Any) -> Any:
         calls["load"] += 1
         return load(*args, **kwargs)
 
-    monkeypatch.setattr(np, "save", counted_save)
+    monkeypatch.setattr(LocalArtifactStore, "put_stream", counted_put_stream)
     monkeypatch.setattr(np, "load", counted_load)
     record = client.submit(flows.big, {"megabytes": 20}, no_cache=True).wait(timeout=120)
     assert record.status is RunStatus.OK and record.result == {"mean": 0.5}
-    assert calls == {"save": 1, "load": 1}  # written once by the producer, read once by the consumer
+    assert calls == {"encode": 1, "load": 1}  # written once by the producer, read once by the consumer
     outputs = {row.node: row.outputs for row in node_rows(client.runtime.db, record.id)}
     assert len(json.dumps(outputs["fill"])) < 300  # the row (and the call's message) holds only the reference
     (stored,) = artifacts_of(client.runtime.db, record.id)
@@ -179,7 +180,7 @@ def test_fluksio_show_names_the_codec_size_and_digest_and_artifact_get_writes_th
                            timeout=120)
     assert shown.returncode == 0, shown.stderr
     arr = record.result["arr"]["$artifact"]
-    table_row = next(line for line in shown.stdout.splitlines() if "arr.npy" in line and "sha256:" in line)
+    table_row = next(line for line in shown.stdout.splitlines() if "arr.npy" in line and "blake3:" in line)
     assert "numpy" in table_row and arr["digest"] in table_row and f"{arr['size']} B" in table_row
     assert f"numpy arr.npy ({arr['size']} B, {arr['digest'][:19]}…)" in shown.stdout  # the result, summarised
     assert "pandas df" not in shown.stdout and "pandas frame.parquet" in shown.stdout

@@ -3,17 +3,18 @@ what they cannot carry without pickle is refused, naming why; a missing package 
 
 from __future__ import annotations
 
-import hashlib
+import io
 import sys
 from datetime import datetime, timezone
 
+import blake3
 import numpy as np
 import pandas as pd
 import pytest
 
 from fluksio.artifacts import LocalArtifactStore, MemoryArtifactStore
 from fluksio.codecs import codec_for, load_value, store_value
-from fluksio.codecs.builtin import read_npy
+from fluksio.codecs.builtin import MAP_BYTES, read_npy
 from fluksio.errors import CodecError
 
 
@@ -41,12 +42,13 @@ def test_numpy_arrays_come_back_equal_with_their_dtype_and_shape(array, store):
     assert artifact.name == "v.npy"
 
 
-def test_the_digest_is_the_stored_files_sha256_and_equal_arrays_share_it(store):
+def test_the_digest_is_the_stored_files_blake3_and_equal_arrays_share_it(store):
     _, first, _ = round_trip(np.arange(1000.0), store)
     _, second, _ = round_trip(np.arange(1000.0), store)
     _, other, _ = round_trip(np.arange(1001.0), store)
     path = store.path(first.digest)
-    assert first.digest == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    assert first.digest == "blake3:" + blake3.blake3(path.read_bytes()).hexdigest()
+    assert path == store.root / "blake3" / first.digest[7:9] / first.digest[7:]
     assert first.size == path.stat().st_size
     assert second.digest == first.digest and other.digest != first.digest
     assert not list((store.root / "tmp").iterdir())  # written through a temporary file, renamed, none left
@@ -59,7 +61,7 @@ def test_the_digest_is_the_stored_files_sha256_and_equal_arrays_share_it(store):
 def test_what_npy_cannot_carry_without_pickle_is_refused(array, words, store):
     with pytest.raises(CodecError, match=words):
         store_value(array, codec_for(array), store, "v")
-    assert not list(store.root.rglob("sha256/*/*"))
+    assert not list(store.root.rglob("blake3/*/*"))
 
 
 def test_a_dataframe_with_datetimes_comes_back_equal(store):
@@ -134,5 +136,28 @@ def test_a_failing_write_leaves_nothing_in_the_store(store):
 
     with pytest.raises(Boom):
         store.put_stream(write, name="x")
-    assert not list(store.root.rglob("*.tmp*")) and not list(store.root.rglob("sha256/*/*"))
+    assert not list(store.root.rglob("*.tmp*")) and not list(store.root.rglob("blake3/*/*"))
     assert not list((store.root / "tmp").iterdir())
+
+
+@pytest.mark.parametrize("array", [
+    np.arange(10.0), np.arange(12, dtype=np.int32).reshape(3, 4), np.array(7.5), np.empty((0, 3)),
+    np.asfortranarray(np.arange(6.0).reshape(2, 3)), np.arange(20.0)[::3], np.zeros(3, dtype=[("x", "f8")]),
+    np.array(["2026-01-02", "NaT"], dtype="datetime64[D]"), np.array(["ä", "bc"]), np.ones((2, 3, 4), order="F"),
+])
+def test_an_array_is_stored_as_exactly_the_bytes_np_save_writes(array, store):
+    """One write of the array's memory instead of np.save's pieces: the same file, so the same digest."""
+    saved = io.BytesIO()
+    np.save(saved, array, allow_pickle=False)
+    _, artifact, _ = round_trip(array, store)
+    assert store.path(artifact.digest).read_bytes() == saved.getvalue()
+
+
+def test_a_large_array_is_mapped_copy_on_write_and_its_file_never_changes(store):
+    array = np.arange(float(MAP_BYTES // 8 + 1))
+    back, artifact, _ = round_trip(array, store)
+    assert type(back) is np.ndarray and back.flags.writeable and not back.flags.owndata
+    back[:] = -1.0  # the node's own copy of the pages it changes
+    np.testing.assert_array_equal(np.load(store.path(artifact.digest)), array)
+    again, _, _ = round_trip(array, store)
+    np.testing.assert_array_equal(again, array)

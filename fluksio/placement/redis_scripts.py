@@ -164,19 +164,21 @@ redis.call('HDEL', grants, ARGV[7])
 local g = cjson.decode(held)
 local pooled = type(g.pool) == 'string' and g.pool ~= ''
 if pooled then redis.call('HDEL', ARGV[4] .. g.pool, ARGV[7]) end
-if redis.call('EXISTS', machine) == 0 then
+-- One read of the machine's books (nothing, when it is gone) and one write of what is free again: every
+-- give-back runs this, and each command a script runs costs the server as one sent would.
+local books = redis.call('HMGET', machine, 'free_cpus', 'free_ram_mb', 'free_gpus', 'labelled', 'cpus')
+if not books[1] then
   if pooled then redis.call('PUBLISH', ARGV[5], 'give') end  -- the slot is free, if nothing else is
   return 0
 end
-local free_cpus = redis.call('HINCRBY', machine, 'free_cpus', g.cpus)
-redis.call('HINCRBY', machine, 'free_ram_mb', g.ram_mb)
+local free_cpus = tonumber(books[1]) + g.cpus
 local ids = {}
-for id in string.gmatch(redis.call('HGET', machine, 'free_gpus'), '[^,]+') do table.insert(ids, tonumber(id)) end
+for id in string.gmatch(books[3], '[^,]+') do table.insert(ids, tonumber(id)) end
 for id in string.gmatch(g.gpus, '[^,]+') do table.insert(ids, tonumber(id)) end
 table.sort(ids)
-redis.call('HSET', machine, 'free_gpus', table.concat(ids, ','))
-local facts = redis.call('HMGET', machine, 'labelled', 'cpus')
-rank(ARGV[6], facts[1], facts[2], free_cpus)
+redis.call('HSET', machine, 'free_cpus', free_cpus, 'free_ram_mb', tonumber(books[2]) + g.ram_mb,
+           'free_gpus', table.concat(ids, ','))
+rank(ARGV[6], books[4], books[5], free_cpus)
 redis.call('PUBLISH', ARGV[5], 'give')
 return 1
 """

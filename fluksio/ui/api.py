@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from urllib.parse import quote
 
 from fluksio.errors import InvalidRequest
@@ -78,15 +79,15 @@ class ArtifactApi(ExplorerHandler):
     """``GET /api/artifacts/<digest>``: the bytes, streamed, of an artifact a run made; never a path."""
 
     async def get(self, digest: str) -> None:
-        row, path = await self.explorer.call(queries.artifact_file, self.explorer.client, digest)
-        name = row.name or digest.split(":", 1)[1][:16]
-        # Always a download: the bytes are whatever a node wrote, and must never run as a page of this site.
-        self.set_header("Content-Type", row.media_type or "application/octet-stream")
-        self.set_header("Content-Disposition", f"attachment; filename*=UTF-8''{quote(name, safe='')}")
-        self.set_header("Content-Security-Policy", "default-src 'none'; sandbox")
-        self.set_header("Content-Length", str(path.stat().st_size))
-        self.set_header("Cache-Control", "private, max-age=86400, immutable")  # content-addressed
-        with path.open("rb") as handle:
+        row, handle = await self.explorer.call(queries.artifact_file, self.explorer.client, digest)
+        with handle:
+            name = row.name or digest.split(":", 1)[1][:16]
+            # Always a download: the bytes are whatever a node wrote, never to run as a page of this site.
+            self.set_header("Content-Type", row.media_type or "application/octet-stream")
+            self.set_header("Content-Disposition", f"attachment; filename*=UTF-8''{quote(name, safe='')}")
+            self.set_header("Content-Security-Policy", "default-src 'none'; sandbox")
+            self.set_header("Content-Length", str(os.fstat(handle.fileno()).st_size))
+            self.set_header("Cache-Control", "private, max-age=86400, immutable")  # content-addressed
             while chunk := await self.explorer.call(handle.read, CHUNK_BYTES):
                 self.write(chunk)
                 await self.flush()

@@ -11,8 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from fluksio.artifacts.digests import validate_digest
 from fluksio.client import Client
@@ -25,6 +24,9 @@ from fluksio.store.models import RunArtifact
 from fluksio.store.nodes import artifact_by_digest, artifacts_of
 from fluksio.ui.downsample import downsample
 from fluksio.ui.views import CallRef, parse_call_id
+
+#: How many times a download fetches an artifact whose local copy vanished before it was opened.
+FETCHES = 2
 
 #: Runs one page lists when the request does not say, and the most it may ask for.
 PAGE_SIZE, PAGE_MAX = 50, 1_000
@@ -237,11 +239,12 @@ def compare(client: Client, run_ids: list[str], group: str | None, metric: str |
     return Comparison(records, finals, names, chosen, lines, group, in_group)
 
 
-def artifact_file(client: Client, digest: str) -> tuple[RunArtifact, Path]:
-    """The row of an artifact some run made and a local file with its bytes.
+def artifact_file(client: Client, digest: str) -> tuple[RunArtifact, BinaryIO]:
+    """The row of an artifact some run made and its bytes, opened (close the file).
 
     Only a well-formed digest (checked before it touches a path) that the run store holds; the file comes
-    from the artifact store (for an object store, its local copy).
+    from the artifact store (for an object store, this host's copy). A copy another process evicts between
+    its fetch and its opening is fetched once more: opened, it stays readable whatever happens to its name.
     """
     try:
         validate_digest(digest)
@@ -250,7 +253,13 @@ def artifact_file(client: Client, digest: str) -> tuple[RunArtifact, Path]:
     row = artifact_by_digest(client.runtime.db, digest)
     if row is None:
         raise ArtifactError(f"no run made an artifact {digest}")
-    return row, client.runtime.artifacts.path(digest)
+    for _ in range(FETCHES):
+        try:
+            return row, client.runtime.artifacts.path(digest).open("rb")
+        except FileNotFoundError:
+            continue
+    raise ArtifactError(f"artifact {digest}: this host's copy was removed each time as soon as it was fetched "
+                        "(is the artifacts cache limit smaller than the files in use?)")
 
 
 def machines(client: Client) -> dict[str, Any]:

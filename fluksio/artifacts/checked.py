@@ -22,7 +22,8 @@ CHUNK_BYTES = 8 << 20
 CORRUPT = ("the stored copy is corrupt and was refused; make the artifact again, or delete the object so that "
            "the run cache stops offering it")
 #: What happened when a file being stored does not match the digest it was given.
-CHANGED = "the file changed after Artifact.from_path digested it; nothing was stored"
+CHANGED = ("the file changed after it was digested (by Artifact.from_path, or as a value was written); nothing "
+           "was stored")
 
 
 def mismatch(digest: str, got: str, where: str, advice: str = CORRUPT) -> ArtifactError:

@@ -27,8 +27,7 @@ class LocalArtifactStore(ArtifactStore):
         target = self._file(artifact.digest)
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
-            # Write beside the target and rename, so a reader never sees half a file
-            # and two writers of the same digest both end with a whole one.
+            # Written beside the target and then named, so a reader never sees half a file.
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
             try:
                 with os.fdopen(fd, "wb") as handle:
@@ -39,7 +38,7 @@ class LocalArtifactStore(ArtifactStore):
                         handle.write(artifact.read_bytes())
                 # mkstemp makes the file private; artifacts are shared by every host and user of the store.
                 os.chmod(tmp, 0o644)
-                os.replace(tmp, target)
+                publish(Path(tmp), target)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
@@ -77,7 +76,7 @@ class LocalArtifactStore(ArtifactStore):
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.chmod(tmp, 0o644)
-                os.replace(tmp, target)
+                publish(Path(tmp), target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -88,3 +87,18 @@ class LocalArtifactStore(ArtifactStore):
             return self._file(digest).open("rb")
         except FileNotFoundError:
             raise ArtifactError(f"artifact {digest} is gone from {self.root}") from None
+
+
+def publish(tmp: Path, target: Path) -> None:
+    """Give the finished file ``tmp`` the name ``target``, unless another writer of the same bytes got there
+    first: a file under a digest's name is never replaced, for a reader on another host may have it open or
+    mapped, and over NFS a replaced file is gone under it (a mapped one kills its reader on the next page).
+    ``tmp`` is gone afterwards either way."""
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        pass  # the same bytes are there already
+    except OSError:  # a filesystem without hard links: a rename still never shows half a file
+        os.replace(tmp, target)
+        return
+    tmp.unlink()

@@ -143,7 +143,10 @@ class ObjectArtifactStore(ArtifactStore):
     def open(self, digest: str) -> BinaryIO:
         hit = self.cache.lookup(digest)
         if hit is not None:
-            return hit.open("rb")
+            try:
+                return hit.open("rb")
+            except FileNotFoundError:
+                pass  # evicted by another process since the lookup: the bucket's copy is read instead
         key = self.key(digest)
         with self._failures("read", digest):
             return checked_stream(self._open_remote(key), digest, self.where)

@@ -10,11 +10,13 @@ type for is refused, naming the column).
 from __future__ import annotations
 
 import json
+import warnings
 from importlib import import_module
 from pathlib import Path
 from types import ModuleType
 from typing import Any, BinaryIO
 
+from fluksio.codecs.mapped import map_array
 from fluksio.codecs.registry import Codec
 from fluksio.errors import CodecError
 
@@ -37,8 +39,9 @@ def need(module: str, what: str) -> ModuleType:
 
 #: An array file at least this large is mapped into the node's memory instead of read: its pages come
 #: from the page cache as the node touches them, with no copy of the whole and no allocation up front
-#: (200 MiB: 1 ms to map, against 56–250 ms for ``np.load`` to read). Artifact files are never changed or
-#: removed once written (a cache eviction unlinks a file, which leaves a mapping whole).
+#: (200 MiB: 1 ms to map, against 56–250 ms for ``np.load`` to read). Artifact files are never changed once
+#: written, nor replaced (see artifacts/local.py); a cache eviction unlinks a file, which leaves a mapping
+#: whole. How many a process maps at once is bounded (codecs/mapped.py).
 MAP_BYTES = 1 << 20
 
 
@@ -53,7 +56,8 @@ def write_npy(value: Any, file: BinaryIO) -> None:
         raise CodecError(f"is a numpy array of dtype {value.dtype} (Python objects, shape {value.shape}), which "
                          "cannot be stored without pickle; convert it to a numeric, string or datetime dtype "
                          "(e.g. value.astype(str)), or return a list")
-    if value.dtype.names is not None or not (value.flags.c_contiguous or value.flags.f_contiguous):
+    if value.dtype.names is not None or not (value.flags.c_contiguous or value.flags.f_contiguous) or \
+            not _described_exactly(np, value.dtype):
         np.save(file, value, allow_pickle=False)  # numpy picks the header's version and copies piece by piece
         return
     # What np.save writes, but the data in one piece: np.save copies a file object's data out in 16 MiB
@@ -64,15 +68,24 @@ def write_npy(value: Any, file: BinaryIO) -> None:
     file.write(memoryview(in_memory_order.reshape(-1).view(np.uint8)))
 
 
+def _described_exactly(np: ModuleType, dtype: Any) -> bool:
+    """Whether a ``.npy`` header names ``dtype`` so that reading it makes the same dtype (a dtype numpy's
+    format cannot describe, a third party's, is left to ``np.save`` to refuse)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # np.save says so itself when it gets the dtype
+        try:
+            return bool(np.lib.format.descr_to_dtype(np.lib.format.dtype_to_descr(dtype)) == dtype)
+        except (TypeError, ValueError):
+            return False
+
+
 def read_npy(path: Path) -> Any:
     """The array in the file at ``path``; a large one mapped rather than read (see :data:`MAP_BYTES`)."""
     np = need("numpy", "reading a numpy array (.npy)")
     if path.stat().st_size >= MAP_BYTES:
-        try:
-            # Copy-on-write: the node may change its array freely, and the change never reaches the file.
-            return np.load(path, mmap_mode="c", allow_pickle=False).view(np.ndarray)
-        except (OSError, ValueError):  # a filesystem that cannot map files: read it instead
-            pass
+        mapped = map_array(np, path)
+        if mapped is not None:
+            return mapped
     return np.load(path, allow_pickle=False)
 
 

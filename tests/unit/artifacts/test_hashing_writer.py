@@ -11,6 +11,7 @@ import pytest
 
 from fluksio.artifacts import LocalArtifactStore
 from fluksio.artifacts.hashing import OVERLAP_BYTES, HashingWriter
+from fluksio.artifacts.local import publish
 
 
 @pytest.mark.parametrize("sizes", [[0], [10, 1, 0, 7], [OVERLAP_BYTES, 3], [3 * OVERLAP_BYTES + 5, 11, OVERLAP_BYTES]])
@@ -40,3 +41,24 @@ def test_the_folder_store_keeps_a_stream_under_its_digest_once(tmp_path):
     assert (store.path(first.digest).stat().st_mode & 0o777) == 0o644  # readable by every host and user
     assert [p.name for p in (tmp_path / "blake3").rglob("*") if p.is_file()] == [first.digest.split(":")[1]]
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_file_under_a_digest_is_never_replaced_by_a_second_writer(tmp_path):
+    """A reader on another host may have it open or mapped; over NFS a replaced file is gone under it."""
+    target, late = tmp_path / "digest", tmp_path / ".tmp-late"
+    target.write_bytes(b"first")
+    inode = target.stat().st_ino
+    late.write_bytes(b"first")
+    publish(late, target)
+    assert target.stat().st_ino == inode and not late.exists()
+
+
+def test_without_hard_links_a_finished_file_is_renamed_into_place(tmp_path, monkeypatch):
+    def no_links(source, target):
+        raise PermissionError(1, "Operation not permitted")  # what a filesystem without hard links answers
+
+    monkeypatch.setattr(os, "link", no_links)
+    finished, target = tmp_path / ".tmp-x", tmp_path / "digest"
+    finished.write_bytes(b"bytes")
+    publish(finished, target)
+    assert target.read_bytes() == b"bytes" and not finished.exists()

@@ -27,8 +27,8 @@ def object_store(tmp_path: Path, cache: str = "cache", **settings: object) -> Ob
 
 
 def object_file(tmp_path: Path, digest: str) -> Path:
-    hexpart = digest.split(":")[1]
-    return tmp_path / "bucket" / "prefix" / "sha256" / hexpart[:2] / hexpart
+    algorithm, hexpart = digest.split(":")
+    return tmp_path / "bucket" / "prefix" / algorithm / hexpart[:2] / hexpart
 
 
 def test_a_plain_path_is_the_folder_store_and_a_url_the_object_store(tmp_path: Path) -> None:
@@ -100,7 +100,7 @@ def test_a_file_changed_after_from_path_is_refused_and_nothing_is_stored(tmp_pat
     artifact = Artifact.from_path(source)
     source.write_bytes(b"b" * size)
     store = object_store(tmp_path)
-    with pytest.raises(ArtifactError, match="the file changed after Artifact.from_path digested it"):
+    with pytest.raises(ArtifactError, match=r"the file changed after it was digested \(by Artifact.from_path"):
         store.put(artifact)
     assert store.exists(artifact.digest) is False
     assert [p for p in (tmp_path / "bucket").rglob("*") if p.is_file()] == []
@@ -141,3 +141,21 @@ def test_a_missing_s3_transport_names_the_extra(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(fsspec, "get_filesystem_class", missing)
     with pytest.raises(ConfigError, match=r"needs 'fluksio\[s3\]' installed"):
         open_store(Settings(artifacts_dir="s3://bucket/x"))
+
+
+def test_a_large_value_is_uploaded_in_parts_under_its_blake3_digest_and_read_back(tmp_path: Path) -> None:
+    data = os.urandom(2 * PART_BYTES + 123)
+    stored = object_store(tmp_path).put_stream(lambda file: file.write(data), name="value.bin")
+    assert stored.digest.startswith("blake3:") and object_file(tmp_path, stored.digest).read_bytes() == data
+    assert object_store(tmp_path, cache="other-host").path(stored.digest).read_bytes() == data
+
+
+def test_a_copy_evicted_between_lookup_and_open_is_read_from_the_bucket(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = object_store(tmp_path)
+    store.put(Artifact.from_bytes(DATA))
+    evicted = store.path(DIGEST)
+    evicted.unlink()  # by another process, right after this one's lookup found it
+    monkeypatch.setattr(store.cache, "lookup", lambda digest: evicted)
+    with store.open(DIGEST) as handle:
+        assert handle.read() == DATA

@@ -3,6 +3,7 @@ what they cannot carry without pickle is refused, naming why; a missing package 
 
 from __future__ import annotations
 
+import gc
 import io
 import sys
 from datetime import datetime, timezone
@@ -13,7 +14,7 @@ import pandas as pd
 import pytest
 
 from fluksio.artifacts import LocalArtifactStore, MemoryArtifactStore
-from fluksio.codecs import codec_for, load_value, store_value
+from fluksio.codecs import codec_for, load_value, mapped, store_value
 from fluksio.codecs.builtin import MAP_BYTES, read_npy
 from fluksio.errors import CodecError
 
@@ -144,6 +145,8 @@ def test_a_failing_write_leaves_nothing_in_the_store(store):
     np.arange(10.0), np.arange(12, dtype=np.int32).reshape(3, 4), np.array(7.5), np.empty((0, 3)),
     np.asfortranarray(np.arange(6.0).reshape(2, 3)), np.arange(20.0)[::3], np.zeros(3, dtype=[("x", "f8")]),
     np.array(["2026-01-02", "NaT"], dtype="datetime64[D]"), np.array(["ä", "bc"]), np.ones((2, 3, 4), order="F"),
+    np.arange(5, dtype=">i4"), np.array(["ab"], dtype=">U3"), np.array([1 + 2j], dtype=">c8"),
+    np.array([True, False]), np.array([b"ab"], dtype="S3"), np.zeros(2, dtype="V4"), np.arange(3, dtype="f2"),
 ])
 def test_an_array_is_stored_as_exactly_the_bytes_np_save_writes(array, store):
     """One write of the array's memory instead of np.save's pieces: the same file, so the same digest."""
@@ -156,8 +159,57 @@ def test_an_array_is_stored_as_exactly_the_bytes_np_save_writes(array, store):
 def test_a_large_array_is_mapped_copy_on_write_and_its_file_never_changes(store):
     array = np.arange(float(MAP_BYTES // 8 + 1))
     back, artifact, _ = round_trip(array, store)
-    assert type(back) is np.ndarray and back.flags.writeable and not back.flags.owndata
+    assert type(back) is np.ndarray and back.flags.writeable and isinstance(back.base, np.memmap)
     back[:] = -1.0  # the node's own copy of the pages it changes
     np.testing.assert_array_equal(np.load(store.path(artifact.digest)), array)
     again, _, _ = round_trip(array, store)
     np.testing.assert_array_equal(again, array)
+
+
+def is_mapped(array) -> bool:
+    return isinstance(array.base, np.memmap)
+
+
+def test_an_array_under_the_mapping_size_is_read(store):
+    back, _, _ = round_trip(np.arange(float(MAP_BYTES // 8 - 100)), store)
+    assert type(back) is np.ndarray and not is_mapped(back)
+
+
+def test_a_large_fortran_array_comes_back_mapped_and_equal(store):
+    array = np.asfortranarray(np.arange(float(MAP_BYTES // 4)).reshape(512, -1))
+    back, _, _ = round_trip(array, store)
+    assert is_mapped(back) and back.flags.f_contiguous
+    np.testing.assert_array_equal(back, array)
+
+
+def test_a_process_maps_only_so_many_arrays_and_reads_the_rest(store, monkeypatch):
+    """Each mapping holds a file descriptor while it lives: past the bound, arrays are read."""
+    bound = mapped.live() + 2
+    monkeypatch.setattr(mapped, "most_mapped", lambda: bound)
+    refs = [store_value(np.full(MAP_BYTES // 8 + 1, float(i)), codec_for(np.zeros(1)), store, "v")[1]
+            for i in range(4)]
+    held = [load_value(ref, store) for ref in refs]
+    assert [is_mapped(a) for a in held] == [True, True, False, False]  # two mapped, then read
+    assert [a[0] for a in held] == [0.0, 1.0, 2.0, 3.0]
+    view = held[0][5:]
+    del held[:2]
+    gc.collect()
+    assert mapped.live() == bound - 1  # the first mapping lives on in its view; the second is gone
+    del view
+    gc.collect()
+    assert mapped.live() == bound - 2
+    assert is_mapped(load_value(refs[3], store))  # room again
+
+
+def test_an_array_is_read_where_the_filesystem_cannot_map_it(store, monkeypatch):
+    before = mapped.live()
+    load = np.load
+
+    def refuse(*args, **kwargs):
+        if kwargs.get("mmap_mode"):
+            raise OSError(19, "No such device")  # what mmap answers on a filesystem without it
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(np, "load", refuse)
+    back, _, _ = round_trip(np.arange(float(MAP_BYTES // 8 + 1)), store)
+    assert not is_mapped(back) and back[-1] == MAP_BYTES // 8 and mapped.live() == before

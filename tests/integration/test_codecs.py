@@ -117,6 +117,7 @@ def test_a_run_reference_to_a_codec_output_and_a_frame_given_at_submit_reach_the
     assert by_run.status is RunStatus.OK and by_run.result == {"rows": 3, "first": "r0"}
     assert by_run.params["frame"] == source.result["frame"]  # the run's row holds the reference it used
     digest = source.result["frame"]["$artifact"]["digest"]
+    assert digest.startswith("blake3:")  # a codec's value, given by its BLAKE3 digest
     by_digest = client.submit(flows.consume, {"frame": digest}).wait(timeout=60)
     assert by_digest.result == {"rows": 3, "first": "r0"} and by_digest.params["frame"]["$artifact"]["codec"] == \
         "pandas"

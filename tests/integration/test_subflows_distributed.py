@@ -68,8 +68,20 @@ def test_cancelling_the_parent_mid_search_kills_the_childrens_calls(client: Clie
     assert record.status is RunStatus.CANCELLED
     wait_for(lambda: all(c.status is RunStatus.CANCELLED for c in client.runs(parent=run.id)), what="the children")
     wait_for(lambda: not any(alive(pid) for pid in pids), timeout=15, what="the calls' processes to die")
-    assert started_calls(cluster, "cancel") == started  # nothing started after the cancel
+    after = started_calls(cluster, "cancel")
+    assert after == started, tree_of(client, run.id, started, after)  # nothing started after the cancel
     (cluster.marks / "cancel.hold").unlink()
+
+
+def tree_of(client: Client, run_id: str, started: list[str], after: list[str]) -> str:
+    """What a failure of the cancel test needs to be understood: the marks, and every child's calls."""
+    lines = [f"marks before the cancel: {started}", f"marks after: {after}"]
+    for child in client.runs(parent=run_id):
+        record = client.get(child.id)
+        lines.append(f"child {child.id} {child.parent_node} {record.status.value} ({record.status_reason})")
+        lines += [f"  {n.node}[{n.index}] attempt {n.attempt} {n.status.value} on {n.machine}: {n.error}"
+                  for n in record.nodes]
+    return "\n".join(lines)
 
 
 def test_resume_after_one_child_failed_reruns_only_that_child(client: Client, cluster: Cluster) -> None:

@@ -65,6 +65,7 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
         log.error("%s", exc)
         return
     grant = call.grant
+    started = datetime.now(timezone.utc).isoformat()
     try:
         if runtime.settings.signing:
             refusal = replay_refusal(runtime, call)
@@ -73,7 +74,6 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
                 # its run belong to the call it copies (or to nobody): nothing is given back, nothing reported.
                 log.error("refusing call %s: %s", call.call_id, refusal)
                 return
-        started = datetime.now(timezone.utc).isoformat()
         # First make sure this delivery is the one that may run the call: a copy that may not (see
         # Books.start) must not give back a grant, nor report an error, for the copy that does.
         if not runtime.placer.start(grant, uuid.uuid4().hex):
@@ -81,7 +81,13 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
             return
     except Exception as exc:
         if not _outage(exc):
-            raise
+            # fluksio itself failed here, and would again on every delivery: the call ends as an error, its
+            # grant given back, rather than its message being acknowledged with the grant held and its run
+            # left waiting for a call that never runs.
+            log.exception("node call %s: checking that it may start failed inside fluksio", call.call_id)
+            settle(runtime, call, started=started, status="error",
+                   error=f"fluksio could not check that the call may start: {type(exc).__name__}: {exc}")
+            return
         # Whether this delivery may run the call is unknown: neither run it nor give back a grant that may be
         # another delivery's. Its message goes back to its queue (execution/task.py) for when the store is back.
         raise CallNotStarted(f"call {call.call_id}: could not check that it may start: {type(exc).__name__}: "

@@ -198,16 +198,21 @@ def test_a_call_whose_start_cannot_be_checked_goes_back_to_its_queue_holding_its
     assert runtime.placer.snapshot()["machines"][0]["free"]["cpus"] == 0  # the grant is still the call's
 
 
-def test_a_bug_in_checking_a_call_s_start_is_not_taken_for_an_outage(tmp_path: Path, monkeypatch) -> None:
-    import pytest
-
+def test_a_bug_in_checking_a_call_s_start_ends_the_call_as_an_error_with_its_grant_given_back(
+        tmp_path: Path, monkeypatch) -> None:
+    """Not taken for an outage (a message requeued for a bug would come back forever), nor acknowledged with the
+    grant held (its run would wait for the call forever)."""
     runtime = runtime_with_one_machine(tmp_path)
-    runtime.registry.register(counting_flow("train", 1, []))
+    ran: list[int] = []
+    runtime.registry.register(counting_flow("train", 1, ran))
     call = call_of(runtime, "r.step.1", "train")
 
     def bug(*_args):
         raise KeyError("grants")
 
     monkeypatch.setattr(runtime.placer, "start", bug)
-    with pytest.raises(KeyError):  # a message requeued for a bug would come back forever
-        execute_call(runtime, call)
+    execute_call(runtime, call)
+    completion = runtime.inbox.pop("r", timeout=1)
+    assert completion.status == "error" and ran == []
+    assert completion.error == "fluksio could not check that the call may start: KeyError: 'grants'"
+    assert runtime.placer.snapshot()["machines"][0]["free"]["cpus"] == 1

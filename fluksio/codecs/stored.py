@@ -49,6 +49,10 @@ def store_value(value: Any, codec: Codec, store: ArtifactStore, name: str) -> tu
     return artifact, codec_ref(artifact, codec.name)
 
 
+#: How many times a value is fetched when its local copy vanished before it was read.
+FETCHES = 2
+
+
 def load_value(ref: dict[str, Any], store: ArtifactStore, registry: CodecRegistry = REGISTRY) -> Any:
     """The value a codec reference stands for, read from the store's file of its digest."""
     name = codec_of(ref)
@@ -56,11 +60,17 @@ def load_value(ref: dict[str, Any], store: ArtifactStore, registry: CodecRegistr
         raise CodecError(f"{ref!r:.200} names no codec")
     codec = registry.named(name)
     digest = ref[REF_KEY]["digest"]
-    path = store.path(digest)
-    try:
-        return codec.read(path)
-    except CodecError:
-        raise
-    except Exception as exc:
-        raise CodecError(f"codec {name!r} could not read artifact {digest} (a {codec.type_name}): "
-                         f"{type(exc).__name__}: {exc}") from exc
+    for fetch in range(1, FETCHES + 1):
+        path = store.path(digest)
+        try:
+            return codec.read(path)
+        except CodecError:
+            raise
+        except FileNotFoundError:
+            if fetch < FETCHES:
+                continue  # an object store's local copy, evicted by another process since it was fetched
+            raise CodecError(f"artifact {digest}: this host's copy was removed each time as soon as it was "
+                             "fetched (is the artifacts cache limit smaller than the files in use?)") from None
+        except Exception as exc:
+            raise CodecError(f"codec {name!r} could not read artifact {digest} (a {codec.type_name}): "
+                             f"{type(exc).__name__}: {exc}") from exc

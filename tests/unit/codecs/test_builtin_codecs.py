@@ -213,3 +213,33 @@ def test_an_array_is_read_where_the_filesystem_cannot_map_it(store, monkeypatch)
     monkeypatch.setattr(np, "load", refuse)
     back, _, _ = round_trip(np.arange(float(MAP_BYTES // 8 + 1)), store)
     assert not is_mapped(back) and back[-1] == MAP_BYTES // 8 and mapped.live() == before
+
+
+class EvictingStore(LocalArtifactStore):
+    """A store whose ``path`` names, the first ``evicted`` times, a copy another process removes before it is
+    read (an object store's cache evicting it)."""
+
+    def __init__(self, root, evicted: int) -> None:
+        super().__init__(root)
+        self.evicted, self.fetches = evicted, 0
+
+    def path(self, digest):
+        self.fetches += 1
+        return self.root / "evicted" if self.fetches <= self.evicted else super().path(digest)
+
+
+@pytest.mark.parametrize("value", [np.arange(float(MAP_BYTES // 8 + 1)), np.arange(3.0), b"bytes"],
+                         ids=["mapped array", "small array", "bytes"])
+def test_a_copy_evicted_before_it_was_read_is_fetched_again(value, tmp_path):
+    store = EvictingStore(tmp_path / "artifacts", evicted=1)
+    _, ref = store_value(value, codec_for(value), store, "v")
+    back = load_value(ref, store)
+    assert (back == value) if isinstance(value, bytes) else np.array_equal(back, value)
+    assert store.fetches == 2
+
+
+def test_a_copy_evicted_at_every_fetch_fails_naming_why(tmp_path):
+    store = EvictingStore(tmp_path / "artifacts", evicted=2)
+    _, ref = store_value(np.arange(3.0), codec_for(np.arange(3.0)), store, "v")
+    with pytest.raises(CodecError, match="this host's copy was removed each time as soon as it was fetched"):
+        load_value(ref, store)

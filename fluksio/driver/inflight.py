@@ -2,8 +2,11 @@
 
 A call whose machine died (or restarted) is lost. A call whose grant its
 worker gave back, yet whose completion has not come by the next check either,
-reported into a message that went astray: the driver first looks for it among
-what the inbox handed out lately, and only then gives up on it.
+may have reported into a message that went astray: the driver looks for it
+among what waits on the inbox (behind other messages, on a busy driver) and
+what the inbox handed out lately. It gives up on it only once the grant has
+been given back for a heartbeat's lifetime: a worker that has not pushed its
+completion by then (it pushes right after giving back) is taken for gone.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ class CallsInFlight:
 
     def __init__(self) -> None:
         self._calls: dict[str, Sent] = {}
-        #: Calls whose grant was found given back at the last check, their completions not yet come.
-        self._given_back: set[str] = set()
+        #: Calls whose grant was found given back at the last check, their completions not yet come, and
+        #: when (``time.monotonic()``) it was first found given back.
+        self._given_back: dict[str, float] = {}
 
     def add(self, call_id: str, unit: str, grant: Grant) -> None:
         self._calls[call_id] = Sent(unit, grant)
@@ -61,11 +65,13 @@ class CallsInFlight:
         """The calls whose grants are no longer held, and whether some of them were already at the last check
         (their completions are overdue: worth looking for among what the inbox handed out)."""
         found = placer.given_back([sent.grant for sent in self._calls.values()])
-        return found, bool(found & self._given_back)
+        return found, not found.isdisjoint(self._given_back)
 
-    def unreported(self, given_back: set[str], placer: Placer) -> Iterator[tuple[str, Sent, bool]]:
+    def unreported(self, given_back: set[str], placer: Placer, now: float,
+                   grace_s: float) -> Iterator[tuple[str, Sent, bool]]:
         """``(call id, sent, lost)`` for each call that will never report: its machine is gone (``lost``), or
-        its grant was given back at this check and the last one without a completion coming."""
+        its grant was given back at this check and at one ``grace_s`` or more before (a check before, at the
+        least), with no completion coming."""
         lost: dict[tuple[str, str | None], bool] = {}  # one look per machine (and start of it), not per call
         for call_id, sent in self.items():
             machine = (sent.grant.machine, sent.grant.incarnation)
@@ -73,12 +79,14 @@ class CallsInFlight:
                 lost[machine] = placer.lost(sent.grant)
             if lost[machine]:
                 yield call_id, sent, True
-            elif call_id in given_back and call_id in self._given_back:
+            elif call_id in given_back and now - self._given_back.get(call_id, now) >= grace_s:
                 yield call_id, sent, False
 
-    def remember_given_back(self, given_back: set[str]) -> None:
-        """Keep, for the next check, which calls still in flight had their grant given back at this one."""
-        self._given_back = given_back & self._calls.keys()
+    def remember_given_back(self, given_back: set[str], now: float) -> None:
+        """Keep, for the next check, which calls still in flight had their grant given back at this one (and
+        since when)."""
+        self._given_back = {call_id: self._given_back.get(call_id, now) for call_id in given_back
+                            if call_id in self._calls}
 
     def grants(self) -> Sequence[Grant]:
         return [sent.grant for sent in self._calls.values()]

@@ -169,7 +169,9 @@ class Driver:
             if now >= next_check:
                 # After the messages taken: a completion in hand is not a call that never reported.
                 next_check = now + settings.heartbeat_interval_s
-                self.settler.check_calls()
+                self.settler.check_calls(self._take_waiting)
+                if s.end is End.LOST:
+                    return
 
     def _keep_lease(self) -> bool:
         """Refresh the lease; ``False`` when the run is no longer ours. A cancel asked for is acted on here."""
@@ -208,6 +210,12 @@ class Driver:
             if s.end is End.LOST:
                 self._hand_back(messages[index:])
                 return
+
+    def _take_waiting(self) -> None:
+        """Handle every message already waiting on the inbox, not one per turn of the loop."""
+        messages = self.s.rt.inbox.drain(self.s.run_id, DRAIN_LIMIT)
+        if messages:
+            self._handle(messages)
 
     def _rows_due(self) -> bool:
         """Whether the rows collected must be written now: something depends on them, nothing else is

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 
 from fluksio.driver.children import ChildRuns
 from fluksio.driver.retrying import Retry, plan_retry
@@ -90,11 +91,18 @@ class Settler:
                             pool=s.flow.nodes[split_unit(unit)[0]].pool, retry_in_s=round(retry.delay_s, 3))
         run_rows.set_reason(s.rt.db, s.run_id, reason[0].upper() + reason[1:], s.epoch)
 
-    def check_calls(self) -> None:
-        """Settle, as errors, calls that will never report (see ``inflight``)."""
+    def check_calls(self, take_waiting: Callable[[], None]) -> None:
+        """Settle, as errors, calls that will never report (see ``inflight``).
+
+        ``take_waiting``: handles what waits on the run's inbox now (a completion may be there, behind
+        messages the driver has not got to).
+        """
         s = self.s
         given_back, overdue = s.calls.given_back(s.rt.placer)
         if overdue:
+            take_waiting()
+            if s.end is End.LOST:
+                return
             # Overdue completions: the inbox may have handed them out into a connection that dropped.
             for message in s.rt.inbox.recover(s.run_id):
                 if isinstance(message, Completion) and message.call_id in s.calls:
@@ -103,7 +111,9 @@ class Settler:
                     self.completed(message)
             given_back = {call_id for call_id in given_back if call_id in s.calls}
         s.rt.inbox.forget_taken(s.run_id)
-        for call_id, sent, lost in s.calls.unreported(given_back, s.rt.placer):
+        now = time.monotonic()
+        grace_s = s.rt.settings.heartbeat_ttl_s
+        for call_id, sent, lost in s.calls.unreported(given_back, s.rt.placer, now, grace_s):
             machine = sent.grant.machine
             if lost:
                 log.warning("run %s: machine %s was lost while running %s", s.run_id, machine, sent.unit)
@@ -115,7 +125,7 @@ class Settler:
                          "it is run again if the node has retries left")
             s.calls.pop(call_id)
             self.unreported(call_id, sent.unit, sent.grant, started=False, error=error)
-        s.calls.remember_given_back(given_back)
+        s.calls.remember_given_back(given_back, now)
 
     def unsent(self, call_id: str, unit: str, grant: Grant, error: str) -> None:
         """A call whose send failed: it never started anywhere, so it ends here."""

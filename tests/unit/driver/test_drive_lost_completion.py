@@ -6,7 +6,7 @@ import pytest
 
 from fluksio import Flow
 from fluksio.messages import Completion, InboxMessage, NodeCall
-from fluksio.runs.inbox import MemoryInbox
+from fluksio.runs.inbox import WAKE_UP, MemoryInbox
 from fluksio.runs.runtime import Runtime
 from fluksio.store.runs import get_run, node_rows
 from tests.unit.driver.test_drive_rows import answer, drive_with, hop
@@ -14,7 +14,8 @@ from tests.unit.driver.test_drive_rows import answer, drive_with, hop
 
 @pytest.fixture
 def runtime(make_runtime):
-    return make_runtime(cpus=2, heartbeat_interval_s=0.05)
+    # A completion is given up on once its grant has been given back for a heartbeat's lifetime.
+    return make_runtime(cpus=2, heartbeat_interval_s=0.05, heartbeat_ttl_s=0.2)
 
 
 def flow_with_retries(retries: int) -> Flow:
@@ -83,3 +84,67 @@ def test_a_completion_whose_reply_was_lost_is_recovered_from_the_taken_list_not_
     assert get_run(runtime.db, run_id).status == "ok"
     assert [(r.attempt, r.status) for r in node_rows(runtime.db, run_id)] == [(1, "ok")]
     assert sent == [1]  # its result was kept: the node did not run again
+
+
+class StuckBehindWakes(MemoryInbox):
+    """Hands out a wake-up in place of each completion, which stays queued: as on a busy driver, whose
+    completion waits behind wake-ups it has not got to. Only taking all that waits (``drain``) reaches it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stuck: list[InboxMessage] = []
+
+    def pop(self, run_id: str, timeout: float) -> InboxMessage | None:
+        message = super().pop(run_id, timeout)
+        if isinstance(message, Completion):
+            self.stuck.append(message)
+            return WAKE_UP
+        return message
+
+    def drain(self, run_id: str, limit: int) -> list[InboxMessage]:
+        taken, self.stuck = self.stuck, []
+        return taken + super().drain(run_id, limit)
+
+
+def test_a_completion_queued_behind_other_messages_is_taken_not_declared_lost(runtime):
+    runtime.inbox = StuckBehindWakes()
+    flow = flow_with_retries(1)
+    sent: list[int] = []
+
+    def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
+        sent.append(call.attempt)
+        answer(runtime, flow, call)
+
+    run_id = drive_with(runtime, flow, dispatch)
+    assert get_run(runtime.db, run_id).status == "ok"
+    assert [(r.attempt, r.status) for r in node_rows(runtime.db, run_id)] == [(1, "ok")]
+    assert sent == [1]
+
+
+def test_a_completion_pushed_checks_after_its_grant_was_given_back_still_counts(make_runtime):
+    # The worker gave its grant back and then stalled (a loaded host) for three of the driver's checks: its
+    # completion is late, not lost, while the grant has been given back for less than a heartbeat's lifetime.
+    runtime = make_runtime(cpus=2, heartbeat_interval_s=0.05, heartbeat_ttl_s=60)
+    flow = flow_with_retries(1)
+    sent: list[NodeCall] = []
+    checks: list[set[str]] = []
+    given_back = runtime.placer.given_back
+
+    def counting_given_back(grants):
+        found = given_back(grants)
+        checks.append(found)
+        if len([c for c in checks if c]) == 3:  # the third check that saw the grant given back
+            answer(runtime, flow, sent[0])  # (its grant, given back already, is not given back twice)
+        return found
+
+    runtime.placer.given_back = counting_given_back
+
+    def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
+        sent.append(call)
+        runtime.placer.release(call.grant)  # the completion follows three checks later
+
+    run_id = drive_with(runtime, flow, dispatch)
+    assert get_run(runtime.db, run_id).status == "ok"
+    assert [(r.attempt, r.status) for r in node_rows(runtime.db, run_id)] == [(1, "ok")]
+    assert [call.attempt for call in sent] == [1]
+    assert len([c for c in checks if c]) >= 3

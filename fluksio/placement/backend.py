@@ -24,6 +24,18 @@ TURN = "turn"
 ANY_CHANGE = "change"
 
 
+@dataclass(frozen=True)
+class Change:
+    """A change of the books, as a change listener hears it."""
+
+    #: :data:`TURN` or :data:`ANY_CHANGE`.
+    what: str = ANY_CHANGE
+    #: The waiting calls it may let go, when the books name them: the first of each kind in the installation's
+    #: order (each process wakes those it holds). ``None``: the books do not say, so each process wakes its
+    #: own first of each kind — with several processes, all but one of them then claim in vain.
+    named: frozenset[str] | None = None
+
+
 class MachinesChanged(Exception):
     """The machines a placement was planned on are not the live ones any more: read the inventories again.
 
@@ -219,11 +231,14 @@ class Books(ABC):
 
     # -- change notifications ---------------------------------------------------------------------
 
+    #: Whether the books name the calls a change lets go (:attr:`Change.named`), and a grant that leaves room
+    #: for the next call of its kind names that call too. Else the placer wakes the next of the kind itself.
+    names_calls: bool = False
+
     @abstractmethod
-    def on_change(self, callback: Callable[[str], None]) -> None:
+    def on_change(self, callback: Callable[[Change], None]) -> None:
         """Call ``callback`` (with no lock held) after every give-back and attach, and after a call is granted in
-        its turn that others were refused for (``Why.BEHIND``), from any process; it is told which
-        (:data:`TURN`, or :data:`ANY_CHANGE`)."""
+        its turn that others were refused for (``Why.BEHIND``), from any process; it is told which."""
 
     def close(self) -> None:
         """Release connections and threads."""

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from operator import attrgetter
 
-from fluksio.placement.backend import ANY_CHANGE, TURN, Books, MachinesChanged, MachineView, WaitingCall
+from fluksio.placement.backend import ANY_CHANGE, TURN, Books, Change, MachinesChanged, MachineView, WaitingCall
 from fluksio.placement.books import MachineBooks
 from fluksio.placement.turns import (
     Ask,
@@ -53,7 +53,7 @@ class MemoryBooks(Books):
         #: Some claim was refused for calls ahead of it (``Why.BEHIND``): the next of those granted tells.
         self._held_back = False
         self._lock = threading.Lock()
-        self._callbacks: list[Callable[[str], None]] = []
+        self._callbacks: list[Callable[[Change], None]] = []
 
     def attach(self, inventory: Inventory) -> None:
         with self._lock:
@@ -280,12 +280,13 @@ class MemoryBooks(Books):
                     self._unlist(call_id)
             return sorted(self._waiting.values(), key=lambda w: w.order)
 
-    def on_change(self, callback: Callable[[str], None]) -> None:
+    def on_change(self, callback: Callable[[Change], None]) -> None:
         with self._lock:
             self._callbacks.append(callback)
 
     def _changed(self, what: str = ANY_CHANGE) -> None:
         with self._lock:
             callbacks = list(self._callbacks)
+        change = Change(what)  # one process: its first waiting call of each kind is the installation's
         for callback in callbacks:  # outside the lock: a callback may come straight back in
-            callback(what)
+            callback(change)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fluksio.errors import PlacementError
-from fluksio.placement.backend import TURN, Books, MachinesChanged
+from fluksio.placement.backend import TURN, Books, Change, MachinesChanged
 from fluksio.placement.clamp import clamp
 from fluksio.placement.memory import MemoryBooks
 from fluksio.placement.turns import Ask, Kind, Refusal, Why, order_key
@@ -195,8 +195,9 @@ class Placer:
                 return plan.waiting
             return Waiting(outcome.reason, wanted=plan.waiting.wanted, why=outcome.why)
         grant, group = outcome
-        for listener in self._wakeups.granted(request.call_id):
-            listener()  # it waited: what freed may hold the next of its kind too
+        # It waited: what freed may hold the next of its kind too (books that name calls say so themselves).
+        for listener in self._wakeups.granted(request.call_id, wake_next=not self.books.names_calls):
+            listener()
         queue_label = plan.groups[group][1] if plan.groups else None
         return grant.model_copy(update={"queue_label": queue_label}) if queue_label else grant
 
@@ -274,9 +275,9 @@ class Placer:
     def remove_listener(self, listener: Listener) -> None:
         self._wakeups.remove(listener)
 
-    def _notify(self, what: str) -> None:
+    def _notify(self, change: Change) -> None:
         # No lock held: a listener may call straight back into try_claim.
-        for listener in self._wakeups.on_change(turn=what == TURN):
+        for listener in self._wakeups.on_change(turn=change.what == TURN, named=change.named):
             listener()
 
     # -- visibility -----------------------------------------------------------------------------

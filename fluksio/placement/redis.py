@@ -44,12 +44,13 @@ from fluksio.constants import (
     MACHINES_KEY,
     POOL_KEY,
     WAIT_KIND_KEY,
+    WAIT_KINDS_KEY,
     WAITING_KEY,
     WAITING_SEEN_KEY,
 )
 from fluksio.placement import redis_claim
 from fluksio.placement import redis_scripts as scripts
-from fluksio.placement.backend import ANY_CHANGE, TURN, Books, MachinesChanged, MachineView, WaitingCall
+from fluksio.placement.backend import ANY_CHANGE, TURN, Books, Change, MachinesChanged, MachineView, WaitingCall
 from fluksio.placement.turns import Ask, Refusal, Why, order_key
 from fluksio.schemas import Grant, Inventory, Resources
 
@@ -99,7 +100,7 @@ class RedisBooks(Books):
         self._prune_waiting = client.register_script(redis_claim.PRUNE_WAITING)
         #: The inventories claims are planned on; see ``inventories``. ``None`` until first read.
         self._cache: _Cache | None = None
-        self._callbacks: list[Callable[[str], None]] = []
+        self._callbacks: list[Callable[[Change], None]] = []
         self._lock = threading.Lock()
         self._listener: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -294,7 +295,8 @@ class RedisBooks(Books):
         return {grant.id for grant, held in zip(grants, pipe.execute(), strict=True) if not held}
 
     def give(self, grant: Grant) -> bool:
-        return bool(self._give(keys=scripts.KEYS, args=[*scripts.PREFIXES, grant.machine, grant.id]))
+        return bool(self._give(keys=[*scripts.KEYS, WAIT_KINDS_KEY],
+                               args=[*scripts.PREFIXES, grant.machine, grant.id, WAIT_KIND_KEY]))
 
     def lost(self, grant: Grant) -> bool:
         pipe = self.redis.pipeline(transaction=False)
@@ -349,7 +351,9 @@ class RedisBooks(Books):
 
     # -- change notifications ---------------------------------------------------------------------
 
-    def on_change(self, callback: Callable[[str], None]) -> None:
+    names_calls = True
+
+    def on_change(self, callback: Callable[[Change], None]) -> None:
         with self._lock:
             self._callbacks.append(callback)
             if self._listener is None:
@@ -362,23 +366,23 @@ class RedisBooks(Books):
             try:
                 pubsub.subscribe(CHANGES_CHANNEL)
                 # A change may have happened while we were (re)subscribing: wake everyone once.
-                self._fire(ANY_CHANGE)
+                self._fire(Change())
                 while not self._stopping.is_set():
                     message = pubsub.get_message(timeout=1.0)
                     if message is not None:
-                        self._fire(TURN if message.get("data") in (b"turn", "turn") else ANY_CHANGE)
+                        self._fire(heard(message.get("data")))
             except redis.RedisError:
                 log.warning("lost the placer change channel; resubscribing", exc_info=True)
                 self._stopping.wait(0.5)
             finally:
                 pubsub.close()
 
-    def _fire(self, what: str) -> None:
+    def _fire(self, change: Change) -> None:
         with self._lock:
             callbacks = list(self._callbacks)
         for callback in callbacks:
             try:
-                callback(what)
+                callback(change)
             except Exception:
                 log.exception("a placer change listener failed")
 
@@ -386,3 +390,13 @@ class RedisBooks(Books):
         self._stopping.set()
         if self._listener is not None:
             self._listener.join(2)
+
+
+def heard(data: bytes | str | None) -> Change:
+    """A change as the scripts publish it: ``turn``, ``give``, ``room``, ``pool``, …, then, when they name the
+    calls it may let go, ``:`` and their ids, comma-separated (``give:c1,c7``; ``give:`` names none). All but
+    ``turn`` are changes of any kind."""
+    text = data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+    what, named, names = text.partition(":")
+    return Change(TURN if what == TURN else ANY_CHANGE,
+                  frozenset(name for name in names.split(",") if name) if named else None)

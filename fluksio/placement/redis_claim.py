@@ -44,7 +44,7 @@ end
 # Returns {'stale'} (taking nothing) when the generation moved or the machine picked was dead (detached
 # here); {'granted', machine, cpus, ram_mb, 'gpu,ids', group (0-based), incarnation}; or
 # {'waiting', why, reason}, the call then listed (keeping its place if it was).
-CLAIM = scripts.HELPERS + """
+CLAIM = scripts.HELPERS + scripts.HEADS + """
 local waiting_key, seen_key, kinds_key, kind_prefix = KEYS[5], KEYS[6], KEYS[7], ARGV[6]
 """ + LIST_HELPERS + """
 if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[7] then return {'stale'} end
@@ -210,7 +210,21 @@ if name then
   if listed then
     unlist(grant_id, listed)
     -- Someone was refused for a call ahead of it: this may be that call, and what is left theirs.
-    if redis.call('DEL', KEYS[8]) == 1 then redis.call('PUBLISH', ARGV[5], 'turn') end
+    if redis.call('DEL', KEYS[8]) == 1 then
+      redis.call('PUBLISH', ARGV[5], 'turn' .. named_firsts(kinds_key, kind_prefix, ARGV[10]))
+    end
+  end
+  -- What freed may hold the next call of its kind too: name it when, on paper, it does.
+  local next_call = kinds[ARGV[10]] and
+      redis.call('ZRANGEBYLEX', kind_prefix .. ARGV[10], '(' .. mine, '+', 'LIMIT', 0, 1)[1]
+  if next_call then
+    local rest = {}
+    for i = asked.gpus + 1, #m.ids do table.insert(rest, m.ids[i]) end
+    m.cpus, m.ram, m.ids = m.cpus - asked.cpus, m.ram - asked.ram_mb, rest
+    if asked.pool ~= '' then pool_used[asked.pool] = used(asked.pool) + 1 end
+    if pool_free(asked, true) and pick(asked, true, false) then
+      redis.call('PUBLISH', ARGV[5], 'room:' .. string.sub(next_call, 21))
+    end
   end
   return {'granted', name, asked.cpus, asked.ram_mb, gpus, group - 1, m.incarnation}
 end
@@ -251,7 +265,7 @@ return {'waiting', why, reason}
 # KEYS: LIST_KEYS. ARGV[1]: call id, [2]: the kinds' sorted sets prefix, [3]: the changes channel. Takes
 # the call off the list; if someone was refused for a call ahead of it, everyone hears. Returns 1 when
 # it was listed.
-FORGET = """
+FORGET = scripts.HEADS + """
 local waiting_key, seen_key, kinds_key, kind_prefix = KEYS[1], KEYS[2], KEYS[3], ARGV[2]
 """ + LIST_HELPERS + """
 local raw = redis.call('HGET', waiting_key, ARGV[1])
@@ -260,7 +274,9 @@ if not raw then
   return 0
 end
 unlist(ARGV[1], cjson.decode(raw))
-if redis.call('DEL', KEYS[4]) == 1 then redis.call('PUBLISH', ARGV[3], 'turn') end
+if redis.call('DEL', KEYS[4]) == 1 then
+  redis.call('PUBLISH', ARGV[3], 'turn' .. named_firsts(kinds_key, kind_prefix, nil))
+end
 return 1
 """
 

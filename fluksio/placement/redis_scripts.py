@@ -66,6 +66,23 @@ local function rank(name, labelled, cpus, free_cpus)
 end
 """
 
+# named_firsts: ':' and the ids of the first waiting call of each kind but ``skip`` (in the installation's order),
+# comma-separated, for a change's message: only the process holding a named call wakes it
+# (placement/wakeups.py), where each process waking its own first made all but one claim in vain. Just ':'
+# when nobody waits. An order key is 20 characters of priority and time, then the call id (turns.order_key).
+HEADS = """
+local function named_firsts(kinds_key, kind_prefix, skip)
+  local named = {}
+  for _, kind in ipairs(redis.call('HKEYS', kinds_key)) do
+    if kind ~= skip then
+      local first = redis.call('ZRANGEBYLEX', kind_prefix .. kind, '-', '+', 'LIMIT', 0, 1)[1]
+      if first then table.insert(named, string.sub(first, 21)) end
+    end
+  end
+  return ':' .. table.concat(named, ',')
+end
+"""
+
 # ARGV[6]: machine name. Returns the grants it held (id, body, id, body …) and removes its books.
 LEAVE = HELPERS + """
 local held = redis.call('HGETALL', ARGV[2] .. ARGV[6])
@@ -154,8 +171,9 @@ end
 return {'none'}
 """
 
-# ARGV[6]: machine name, [7]: grant id. Returns 1 when resources came back (its pool slot with them).
-GIVE = HELPERS + """
+# KEYS[5]: the waiting calls' kinds hash. ARGV[6]: machine name, [7]: grant id, [8]: the kinds' sorted sets
+# prefix. Returns 1 when resources came back (its pool slot with them).
+GIVE = HELPERS + HEADS + """
 redis.call('HDEL', KEYS[4], ARGV[7])
 local grants, machine = ARGV[2] .. ARGV[6], ARGV[1] .. ARGV[6]
 local held = redis.call('HGET', grants, ARGV[7])
@@ -179,7 +197,7 @@ table.sort(ids)
 redis.call('HSET', machine, 'free_cpus', free_cpus, 'free_ram_mb', tonumber(books[2]) + g.ram_mb,
            'free_gpus', table.concat(ids, ','))
 rank(ARGV[6], books[4], books[5], free_cpus)
-redis.call('PUBLISH', ARGV[5], 'give')
+redis.call('PUBLISH', ARGV[5], 'give' .. named_firsts(KEYS[5], ARGV[8], nil))
 return 1
 """
 

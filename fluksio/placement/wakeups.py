@@ -13,6 +13,11 @@ its place) frees nothing: it wakes the first of a kind only if that one was refu
 call (``Why.BEHIND``) — one refused for want of machines or of a pool's slot still wants them. What a
 lost wake-up would cost is bounded anyway: each driver tries its waiting calls again every lease interval.
 
+With several processes, each waking its own first of a kind made all but one of them claim in vain. Books
+that know the installation's order (Redis) name the calls a change may let go — the first waiting call of
+each kind, and after a grant that leaves room, the next of its kind — and only the process holding a named
+call wakes it.
+
 Listeners added without a run hear every change (a run waiting for a labelled machine to attach).
 """
 
@@ -86,11 +91,12 @@ class Wakeups:
             self._waiters[call_id] = _Waiter(run_id, kind, order, behind)
             bisect.insort(self._queues.setdefault(kind, []), (order, call_id))
 
-    def granted(self, call_id: str) -> list[Listener]:
-        """The call was granted: who to wake now — the next of its kind, if it waited."""
+    def granted(self, call_id: str, wake_next: bool = True) -> list[Listener]:
+        """The call was granted: who to wake now — the next of its kind, if it waited (and ``wake_next``: the
+        books may name the next call themselves, when room is left for it)."""
         with self._lock:
             waiter = self._drop(call_id)
-            if waiter is None or waiter.kind not in self._queues:
+            if not wake_next or waiter is None or waiter.kind not in self._queues:
                 return []
             return self._firsts([(waiter.kind, self._queues[waiter.kind])])
 
@@ -99,11 +105,29 @@ class Wakeups:
         with self._lock:
             self._drop(call_id)
 
-    def on_change(self, turn: bool = False) -> list[Listener]:
+    def on_change(self, turn: bool = False, named: frozenset[str] | None = None) -> list[Listener]:
         """Who to wake when the books changed: listeners of every change, and the first of each kind (after a
-        ``turn``, only a first that was refused behind another call)."""
+        ``turn``, only a first that was refused behind another call).
+
+        ``named``: the books said which calls may go (the installation's first of each kind): only those
+        of them waiting here are woken, and calls whose kind is not known yet.
+        """
         with self._lock:
-            return list(self._everything) + self._firsts(self._queues.items(), behind_only=turn)
+            if named is None:
+                return list(self._everything) + self._firsts(self._queues.items(), behind_only=turn)
+            woken = {id(listener): listener for listener in self._everything}
+            for call_id in named:
+                waiter = self._waiters.get(call_id)
+                if waiter is None or (turn and not waiter.behind):
+                    continue  # not ours; or, after a turn, refused for what a turn does not free
+                listener = self._runs.get(waiter.run_id)
+                if listener is not None:
+                    woken[id(listener)] = listener
+            for _order, call_id in self._queues.get(None, ()):
+                listener = self._runs.get(self._waiters[call_id].run_id)
+                if listener is not None:
+                    woken[id(listener)] = listener
+            return list(woken.values())
 
     def _firsts(self, queues: Iterable[tuple[Kind | None, list[tuple[str, str]]]],
                 behind_only: bool = False) -> list[Listener]:

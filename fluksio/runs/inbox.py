@@ -148,6 +148,9 @@ return items
         self._taken_before: dict[str, int] = {}
         #: Runs whose taken list was given its expiry by this process (once per run, not per message).
         self._expiring: set[str] = set()
+        #: Runs with a wake-up from this process still on their inbox: a second one would only make their
+        #: driver claim again for the same news (a wake-up says "try now", and one not yet taken still will).
+        self._waking: set[str] = set()
 
     @staticmethod
     def _keys(run_id: str) -> tuple[str, str]:
@@ -160,6 +163,22 @@ return items
         pipe.rpush(key, text if self.signer is None else self.signer.seal(run_id, text))
         pipe.expire(key, self.TTL_S)
         pipe.execute()
+
+    def wake(self, run_id: str) -> None:
+        if run_id in self._waking:
+            return
+        self._waking.add(run_id)
+        try:
+            self.push(run_id, WAKE_UP)
+        except BaseException:
+            self._waking.discard(run_id)
+            raise
+
+    def _taken(self, run_id: str, message: InboxMessage | None) -> InboxMessage | None:
+        # Discarded once taken, before the driver acts on it: a change after this point wakes it again.
+        if isinstance(message, Wake):
+            self._waking.discard(run_id)
+        return message
 
     def pop(self, run_id: str, timeout: float) -> InboxMessage | None:
         key, taken = self._keys(run_id)
@@ -175,10 +194,13 @@ return items
             # resumed, nothing else would ever remove it.
             self.redis.expire(taken, self.TTL_S)
             self._expiring.add(run_id)
-        return self._read(run_id, raw)
+        return self._taken(run_id, self._read(run_id, raw))
 
     def drain(self, run_id: str, limit: int) -> list[InboxMessage]:
-        return self._read_all(run_id, self._drain(keys=self._keys(run_id), args=[limit, self.TTL_S]))
+        messages = self._read_all(run_id, self._drain(keys=self._keys(run_id), args=[limit, self.TTL_S]))
+        for message in messages:
+            self._taken(run_id, message)
+        return messages
 
     def recover(self, run_id: str) -> list[InboxMessage]:
         return self._read_all(run_id, self.redis.lrange(self._keys(run_id)[1], 0, -1))
@@ -213,6 +235,7 @@ return items
     def leave(self, run_id: str) -> None:
         self._taken_before.pop(run_id, None)
         self._expiring.discard(run_id)
+        self._waking.discard(run_id)
 
     def close(self, run_id: str) -> None:
         self.leave(run_id)

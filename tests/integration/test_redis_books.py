@@ -15,11 +15,11 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fluksio.constants import HEARTBEAT_KEY, MACHINE_KEY, MACHINES_BY_LOAD_KEY, MACHINES_KEY
-from fluksio.placement.backend import MachinesChanged
+from fluksio.constants import CHANGES_CHANNEL, HEARTBEAT_KEY, MACHINE_KEY, MACHINES_BY_LOAD_KEY, MACHINES_KEY
+from fluksio.placement.backend import ANY_CHANGE, TURN, Change, MachinesChanged
 from fluksio.placement.memory import MemoryBooks
 from fluksio.placement.placer import Placer, Request, Waiting
-from fluksio.placement.redis import RedisBooks
+from fluksio.placement.redis import RedisBooks, heard
 from fluksio.schemas import DevicePolicy, Grant, Inventory, Resources
 from tests.integration.servers import RedisServer
 from tests.unit.placement import test_placer, test_turns
@@ -276,6 +276,60 @@ def test_driver_processes_racing_for_a_freed_gpu_get_it_in_their_turns(connect, 
                 driver.wait(10)
     assert [c.decode() for c in books.redis.lrange("order", 0, -1)] == ["high", "mid", "low-a", "low-b", "low-c"]
     assert placer.snapshot()["waiting"] == []
+
+
+def changes_heard(books: RedisBooks):
+    """A subscription to the books' changes, and a function returning the next message published there."""
+    subscription = books.redis.pubsub(ignore_subscribe_messages=True)
+    subscription.subscribe(CHANGES_CHANNEL)
+    subscription.get_message(timeout=5)  # the subscription's own confirmation
+
+    def next_message() -> str:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            message = subscription.get_message(timeout=1)
+            if message is not None:
+                return message["data"].decode()
+        raise AssertionError("no change was published")
+
+    return subscription, next_message
+
+
+def test_a_give_back_names_the_first_waiting_call_and_a_grant_names_the_next_only_when_room_is_left(
+        connect) -> None:
+    books = connect()
+    placer = Placer(books)
+    placer.attach(machine("box", cpus=2))
+    hogs = [placer.try_claim(Request(f"hog{i}", Resources(cpus=1), run_id="r0")) for i in range(2)]
+    for i in range(1, 4):
+        assert isinstance(placer.try_claim(Request(f"w{i}", Resources(cpus=1), run_id=f"r{i}")), Waiting)
+    subscription, next_message = changes_heard(books)
+    try:
+        placer.release(hogs[0])
+        assert next_message() == "give:w1"  # the first in the order: only its process wakes it
+        placer.release(hogs[1])
+        assert next_message() == "give:w1"
+        w1 = placer.try_claim(Request("w1", Resources(cpus=1), run_id="r1"))
+        assert isinstance(w1, Grant)
+        assert next_message() == "room:w2"  # a cpu is left: the next of its kind may go
+        w2 = placer.try_claim(Request("w2", Resources(cpus=1), run_id="r2"))
+        assert isinstance(w2, Grant)
+        placer.release(w2)  # w2's grant took the last cpu, so it named nobody: the give-back is next
+        assert next_message() == "give:w3"
+        assert isinstance(placer.try_claim(Request("w3", Resources(cpus=1), run_id="r3")), Grant)
+        placer.release(w1)
+        assert next_message() == "give:"  # nobody waits: it names no call
+    finally:
+        subscription.close()
+
+
+def test_changes_are_read_back_with_the_calls_they_name() -> None:
+    assert heard(b"give:c1,c7") == Change(ANY_CHANGE, frozenset({"c1", "c7"}))
+    assert heard(b"turn:c2") == Change(TURN, frozenset({"c2"}))
+    assert heard(b"room:c3") == Change(ANY_CHANGE, frozenset({"c3"}))
+    assert heard(b"give:") == Change(ANY_CHANGE, frozenset())
+    assert heard(b"attach") == Change(ANY_CHANGE, None)  # names nobody: each process wakes its firsts
+    assert heard(None) == Change(ANY_CHANGE, None)
 
 
 # -- machines attaching, dying, restarting --------------------------------------------------------------

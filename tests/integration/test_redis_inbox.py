@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from fluksio.messages import Completion, MadeArtifact
-from fluksio.runs.inbox import RedisInbox
+from fluksio.runs.inbox import WAKE_UP, RedisInbox
 from tests.integration.servers import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -95,3 +95,21 @@ def test_a_message_fluksio_did_not_send_is_dropped_as_it_is_taken_never_handed_o
     assert inbox.pop("r", timeout=1) is None  # not JSON
     assert inbox.drain("r", 10) == [done(1)]  # the three malformed ones are dropped, the real one kept
     assert inbox.recover("r") == [done(1)]
+
+
+def test_a_wake_up_still_on_the_inbox_is_not_pushed_again(inbox: RedisInbox) -> None:
+    inbox.push("r", done(0))
+    for _ in range(3):
+        inbox.wake("r")  # three changes before the driver looks: one wake-up says it
+    assert inbox.redis.llen("fluksio:inbox:r") == 2
+    assert inbox.pop("r", timeout=1) == done(0)
+    inbox.wake("r")  # the wake-up is still there, behind the completion
+    assert inbox.redis.llen("fluksio:inbox:r") == 1
+    assert inbox.pop("r", timeout=1) == WAKE_UP
+    inbox.wake("r")  # taken: a change after it wakes the driver again
+    assert inbox.drain("r", 10) == [WAKE_UP]
+    inbox.wake("r")
+    assert inbox.redis.llen("fluksio:inbox:r") == 1
+    inbox.close("r")
+    inbox.wake("r")  # the run's next driver here hears its first change
+    assert inbox.redis.llen("fluksio:inbox:r") == 1

@@ -137,9 +137,9 @@ def listening(*runs: str) -> tuple[Wakeups, Callable[..., list[str]]]:
     for run_id in runs:
         wakeups.add(lambda run_id=run_id: woken.append(run_id), run_id=run_id)
 
-    def change(turn: bool = False) -> list[str]:
+    def change(turn: bool = False, named: frozenset[str] | None = None) -> list[str]:
         woken.clear()
-        for listener in wakeups.on_change(turn=turn):
+        for listener in wakeups.on_change(turn=turn, named=named):
             listener()
         return sorted(woken)
 
@@ -187,3 +187,33 @@ def test_a_call_granted_in_its_turn_wakes_those_refused_behind_it_and_not_those_
     assert drivers.take() == []
     assert isinstance(placer.try_claim(req("big", cpus=3)), Grant)
     assert drivers.take() == ["small"]  # its turn came; the GPU call still wants its GPU: not woken
+
+
+def test_a_change_naming_calls_wakes_those_waiting_here_and_no_other_first():
+    # Two processes each hold a first of the kind; the books name the installation's first (b's) alone.
+    cpu, gpu = Kind(Resources(cpus=1), (None,)), Kind(Resources(cpus=1, gpus=1), (None,))
+    wakeups, change = listening("a", "b", "g", "unknown")
+    wakeups.waits("a.1", "a", cpu, "0002")
+    wakeups.waits("b.1", "b", cpu, "0003")
+    wakeups.waits("g.1", "g", gpu, "0001")
+    wakeups.waits("unknown.1", "unknown", None, "")
+    assert change(named=frozenset({"b.1", "elsewhere.1"})) == ["b", "unknown"]
+    assert change(named=frozenset()) == ["unknown"]  # nobody waits in the installation's order
+    assert change() == ["a", "g", "unknown"]  # books that name nobody: the first of each kind here
+
+
+def test_a_turn_naming_calls_wakes_only_those_refused_behind():
+    cpu = Kind(Resources(cpus=1), (None,))
+    wakeups, change = listening("behind", "starved")
+    wakeups.waits("behind.1", "behind", cpu, "0001", behind=True)
+    wakeups.waits("starved.1", "starved", Kind(Resources(cpus=2), (None,)), "0002")
+    assert change(turn=True, named=frozenset({"behind.1", "starved.1"})) == ["behind"]
+
+
+def test_a_grant_wakes_nobody_itself_when_the_books_name_the_next_call():
+    cpu = Kind(Resources(cpus=1), (None,))
+    wakeups, _change = listening("a", "b")
+    wakeups.waits("a.1", "a", cpu, "0001")
+    wakeups.waits("b.1", "b", cpu, "0002")
+    assert wakeups.granted("a.1", wake_next=False) == []
+    assert len(wakeups.granted("b.1")) == 0  # the last one: nobody is next

@@ -67,17 +67,22 @@ class CallsInFlight:
         found = placer.given_back([sent.grant for sent in self._calls.values()])
         return found, not found.isdisjoint(self._given_back)
 
-    def unreported(self, given_back: set[str], placer: Placer, now: float,
+    def lost_machines(self, placer: Placer) -> set[tuple[str, str | None]]:
+        """``(machine, incarnation)`` of the calls in flight whose machine is gone (or started again)."""
+        looked: dict[tuple[str, str | None], bool] = {}  # one look per machine (and start of it), not per call
+        for sent in self._calls.values():
+            machine = (sent.grant.machine, sent.grant.incarnation)
+            if machine not in looked:
+                looked[machine] = placer.lost(sent.grant)
+        return {machine for machine, lost in looked.items() if lost}
+
+    def unreported(self, given_back: set[str], lost: set[tuple[str, str | None]], now: float,
                    grace_s: float) -> Iterator[tuple[str, Sent, bool]]:
-        """``(call id, sent, lost)`` for each call that will never report: its machine is gone (``lost``), or
+        """``(call id, sent, lost)`` for each call that will never report: its machine is among ``lost``, or
         its grant was given back at this check and at one ``grace_s`` or more before (a check before, at the
         least), with no completion coming."""
-        lost: dict[tuple[str, str | None], bool] = {}  # one look per machine (and start of it), not per call
         for call_id, sent in self.items():
-            machine = (sent.grant.machine, sent.grant.incarnation)
-            if machine not in lost:
-                lost[machine] = placer.lost(sent.grant)
-            if lost[machine]:
+            if (sent.grant.machine, sent.grant.incarnation) in lost:
                 yield call_id, sent, True
             elif call_id in given_back and now - self._given_back.get(call_id, now) >= grace_s:
                 yield call_id, sent, False

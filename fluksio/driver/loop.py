@@ -213,9 +213,11 @@ class Driver:
 
     def _take_waiting(self) -> None:
         """Handle every message already waiting on the inbox, not one per turn of the loop."""
-        messages = self.s.rt.inbox.drain(self.s.run_id, DRAIN_LIMIT)
-        if messages:
+        s = self.s
+        while messages := s.rt.inbox.drain(s.run_id, DRAIN_LIMIT):
             self._handle(messages)
+            if s.end is End.LOST or len(messages) < DRAIN_LIMIT:
+                return
 
     def _rows_due(self) -> bool:
         """Whether the rows collected must be written now: something depends on them, nothing else is

@@ -99,7 +99,10 @@ class Settler:
         """
         s = self.s
         given_back, overdue = s.calls.given_back(s.rt.placer)
-        if overdue:
+        lost = s.calls.lost_machines(s.rt.placer)
+        if overdue or lost:
+            # A worker that pushed its completion and then left (a scale-down) takes its machine with it:
+            # what it sent may be waiting here all the same.
             take_waiting()
             if s.end is End.LOST:
                 return
@@ -113,9 +116,9 @@ class Settler:
         s.rt.inbox.forget_taken(s.run_id)
         now = time.monotonic()
         grace_s = s.rt.settings.heartbeat_ttl_s
-        for call_id, sent, lost in s.calls.unreported(given_back, s.rt.placer, now, grace_s):
+        for call_id, sent, machine_lost in s.calls.unreported(given_back, lost, now, grace_s):
             machine = sent.grant.machine
-            if lost:
+            if machine_lost:
                 log.warning("run %s: machine %s was lost while running %s", s.run_id, machine, sent.unit)
                 error = (f"machine {machine} was lost while running the call (its heartbeat is gone from "
                          f"{redact_url(s.rt.settings.broker_url)})")

@@ -214,7 +214,8 @@ if name then
       redis.call('PUBLISH', ARGV[5], 'turn' .. named_firsts(kinds_key, kind_prefix, ARGV[10]))
     end
   end
-  -- What freed may hold the next call of its kind too: name it when, on paper, it does.
+  -- What freed may hold the next call of its kind too: name it when what is free fits it. (Not on paper:
+  -- were calls ahead to take that room, it would be refused behind them, and hear their turn.)
   local next_call = kinds[ARGV[10]] and
       redis.call('ZRANGEBYLEX', kind_prefix .. ARGV[10], '(' .. mine, '+', 'LIMIT', 0, 1)[1]
   if next_call then
@@ -222,7 +223,7 @@ if name then
     for i = asked.gpus + 1, #m.ids do table.insert(rest, m.ids[i]) end
     m.cpus, m.ram, m.ids = m.cpus - asked.cpus, m.ram - asked.ram_mb, rest
     if asked.pool ~= '' then pool_used[asked.pool] = used(asked.pool) + 1 end
-    if pool_free(asked, true) and pick(asked, true, false) then
+    if pool_free(asked, false) and pick(asked, false, false) then
       redis.call('PUBLISH', ARGV[5], 'room:' .. string.sub(next_call, 21))
     end
   end

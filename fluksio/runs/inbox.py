@@ -13,6 +13,7 @@ import json
 import logging
 import queue
 import threading
+import time
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -128,6 +129,8 @@ class RedisInbox(Inbox):
 
     #: An inbox nobody drains (its driver died and the run was never resumed) expires, in seconds.
     TTL_S = 7 * 24 * 3600
+    #: How long a wake-up this process pushed is taken to be still on the inbox, in seconds.
+    WAKE_PENDING_S = 1.0
 
     #: Take up to ARGV[1] messages off KEYS[1] and append them to the taken list KEYS[2], in one step.
     DRAIN_SCRIPT = """
@@ -148,9 +151,10 @@ return items
         self._taken_before: dict[str, int] = {}
         #: Runs whose taken list was given its expiry by this process (once per run, not per message).
         self._expiring: set[str] = set()
-        #: Runs with a wake-up from this process still on their inbox: a second one would only make their
-        #: driver claim again for the same news (a wake-up says "try now", and one not yet taken still will).
-        self._waking: set[str] = set()
+        #: Runs with a wake-up from this process still on their inbox, and when it was pushed
+        #: (``time.monotonic()``): a second one would only make their driver claim again for the same news
+        #: (a wake-up says "try now", and one not yet taken still will).
+        self._waking: dict[str, float] = {}
 
     @staticmethod
     def _keys(run_id: str) -> tuple[str, str]:
@@ -165,19 +169,22 @@ return items
         pipe.execute()
 
     def wake(self, run_id: str) -> None:
-        if run_id in self._waking:
+        now = time.monotonic()
+        # Trusted for a moment only: a wake-up taken where this process cannot see it (by another process,
+        # or onto the taken list by a command whose reply was lost) must not silence the run for good.
+        if now - self._waking.get(run_id, -self.WAKE_PENDING_S) < self.WAKE_PENDING_S:
             return
-        self._waking.add(run_id)
+        self._waking[run_id] = now
         try:
             self.push(run_id, WAKE_UP)
         except BaseException:
-            self._waking.discard(run_id)
+            self._waking.pop(run_id, None)
             raise
 
     def _taken(self, run_id: str, message: InboxMessage | None) -> InboxMessage | None:
-        # Discarded once taken, before the driver acts on it: a change after this point wakes it again.
+        # Forgotten once taken, before the driver acts on it: a change after this point wakes it again.
         if isinstance(message, Wake):
-            self._waking.discard(run_id)
+            self._waking.pop(run_id, None)
         return message
 
     def pop(self, run_id: str, timeout: float) -> InboxMessage | None:
@@ -235,7 +242,7 @@ return items
     def leave(self, run_id: str) -> None:
         self._taken_before.pop(run_id, None)
         self._expiring.discard(run_id)
-        self._waking.discard(run_id)
+        self._waking.pop(run_id, None)
 
     def close(self, run_id: str) -> None:
         self.leave(run_id)

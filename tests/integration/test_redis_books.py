@@ -20,6 +20,7 @@ from fluksio.placement.backend import ANY_CHANGE, TURN, Change, MachinesChanged
 from fluksio.placement.memory import MemoryBooks
 from fluksio.placement.placer import Placer, Request, Waiting
 from fluksio.placement.redis import RedisBooks, heard
+from fluksio.placement.turns import Why
 from fluksio.schemas import DevicePolicy, Grant, Inventory, Resources
 from tests.integration.servers import RedisServer
 from tests.unit.placement import test_placer, test_turns
@@ -319,6 +320,31 @@ def test_a_give_back_names_the_first_waiting_call_and_a_grant_names_the_next_onl
         assert isinstance(placer.try_claim(Request("w3", Resources(cpus=1), run_id="r3")), Grant)
         placer.release(w1)
         assert next_message() == "give:"  # nobody waits: it names no call
+    finally:
+        subscription.close()
+
+
+def test_a_grant_names_the_next_of_its_kind_when_room_is_free_though_calls_ahead_would_take_it(connect) -> None:
+    # c2 was refused behind X and c1. c1's grant names c2: the cpus left are free, though X would take them
+    # on paper. Named only on paper, c2 would never hear again: X giving up its place (a turn) needs someone
+    # refused behind it to say so, and c2's refusal was spent on c1's grant. (The ids sort as the calls
+    # came: two claims in one millisecond are ordered by id.)
+    books = connect()
+    placer = Placer(books)
+    placer.attach(machine("box", cpus=3))
+    hog = placer.try_claim(Request("hog", Resources(cpus=3), run_id="r0"))
+    assert isinstance(placer.try_claim(Request("X", Resources(cpus=2), run_id="rx", priority=10)), Waiting)
+    assert isinstance(placer.try_claim(Request("c1", Resources(cpus=1), run_id="rc")), Waiting)
+    assert isinstance(placer.try_claim(Request("c2", Resources(cpus=1), run_id="ra")), Waiting)
+    subscription, next_message = changes_heard(books)
+    try:
+        placer.release(hog)
+        assert heard(next_message().encode()) == Change(ANY_CHANGE, frozenset({"X", "c1"}))
+        refused = placer.try_claim(Request("c2", Resources(cpus=1), run_id="ra"))
+        assert isinstance(refused, Waiting) and refused.why is Why.BEHIND
+        assert isinstance(placer.try_claim(Request("c1", Resources(cpus=1), run_id="rc")), Grant)
+        assert next_message() == "turn:X"  # those refused behind c1 may go: X is the first of the other kind
+        assert next_message() == "room:c2"
     finally:
         subscription.close()
 

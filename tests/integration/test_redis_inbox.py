@@ -113,3 +113,12 @@ def test_a_wake_up_still_on_the_inbox_is_not_pushed_again(inbox: RedisInbox) -> 
     inbox.close("r")
     inbox.wake("r")  # the run's next driver here hears its first change
     assert inbox.redis.llen("fluksio:inbox:r") == 1
+
+
+def test_a_wake_up_is_taken_for_still_waiting_only_for_a_moment(inbox: RedisInbox) -> None:
+    # One taken where this process cannot see it (another process, a reply lost) must not silence the run.
+    inbox.WAKE_PENDING_S = 0.0
+    inbox.wake("r")
+    inbox.redis.delete("fluksio:inbox:r")  # taken elsewhere
+    inbox.wake("r")
+    assert inbox.redis.llen("fluksio:inbox:r") == 1

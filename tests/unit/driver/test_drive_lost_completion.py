@@ -148,3 +148,18 @@ def test_a_completion_pushed_checks_after_its_grant_was_given_back_still_counts(
     assert [(r.attempt, r.status) for r in node_rows(runtime.db, run_id)] == [(1, "ok")]
     assert [call.attempt for call in sent] == [1]
     assert len([c for c in checks if c]) >= 3
+
+
+def test_a_completion_pushed_just_before_its_machine_left_is_taken_not_settled_as_lost(runtime):
+    # The worker ended the call, pushed its completion and left (a scale-down) while the driver was behind.
+    runtime.inbox = StuckBehindWakes()
+    flow = flow_with_retries(0)
+    machine = runtime.placer.machines()[0].name
+
+    def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
+        answer(runtime, flow, call)
+        runtime.placer.detach(machine)
+
+    run_id = drive_with(runtime, flow, dispatch)
+    assert get_run(runtime.db, run_id).status == "ok"
+    assert [(r.attempt, r.status) for r in node_rows(runtime.db, run_id)] == [(1, "ok")]

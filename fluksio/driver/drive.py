@@ -14,7 +14,7 @@ from collections.abc import Callable
 from fluksio.driver.loop import Driver
 from fluksio.driver.state import Dispatch, Revoke
 from fluksio.driver.verdict import End
-from fluksio.driver.waiting import wait_for_labels
+from fluksio.driver.waiting import missing_labels, wait_for_labels
 from fluksio.errors import FluksioError, RunNotFound
 from fluksio.runs.runtime import Runtime
 from fluksio.schemas import RunStatus
@@ -52,18 +52,22 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
         if run_rows.transition(db, run_id, RunStatus.ERROR, status_reason=str(exc), finished_at=run_rows.utcnow()):
             runtime.run_ended(run_id, RunStatus.ERROR, orphan=run.parent_id is None)  # alerts, a waiting parent
         return
-    if not wait_for_labels(runtime, run_id, flow):
+    waited = bool(missing_labels(runtime, flow))
+    if waited and not wait_for_labels(runtime, run_id, flow):
         if runtime.stopping.is_set() and requeue is not None:
             requeue(run_id)  # still queued: another driver takes over the wait
         return  # cancelled, claimed elsewhere, or handed over while it waited
     # The code is the one this process loaded and walks (not the files on disk now, nor at submit); every
     # call carries its digest, and a worker that loaded other code refuses it.
-    epoch = run_rows.claim(db, run_id, runtime.registry.digest(flow))
+    code_digest = runtime.registry.digest(flow)
+    epoch = run_rows.claim(db, run_id, code_digest)
     if epoch is None:
         return  # another driver won the claim, or the run was cancelled while queued
     runtime.events.publish("run_started", run_id=run_id, flow=flow.name)
-    claimed = run_rows.get_run(db, run_id)
-    driver = Driver(runtime, run_id, run.params or {}, flow, dispatch, revoke, code_digest=claimed.code_digest,
+    # The row read above differs from the claimed one only in what the claim wrote (status, start, lease,
+    # code), unless the run waited for labels meanwhile or was resumed in between (its epoch moved).
+    claimed = run if not waited and epoch == run.resume_count else run_rows.get_run(db, run_id)
+    driver = Driver(runtime, run_id, run.params or {}, flow, dispatch, revoke, code_digest=code_digest,
                     use_cache=not run.no_cache, epoch=epoch,
                     requeue_on_shutdown=runtime.settings.auto_resume and requeue is not None, run=claimed)
     driver.run()

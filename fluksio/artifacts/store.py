@@ -7,10 +7,20 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import BinaryIO, TypeVar, cast
 
 from fluksio.artifacts.artifact import Artifact
 from fluksio.artifacts.hashing import HashingWriter
+from fluksio.errors import ArtifactError
+
+T = TypeVar("T")
+
+#: How many times a local copy is fetched when it vanished before it was read.
+FETCHES = 2
+
+
+class ArtifactEvicted(ArtifactError):
+    """This host's copy of an artifact was removed each time as soon as it was fetched."""
 
 
 class ArtifactStore(ABC):
@@ -66,3 +76,17 @@ class ArtifactStore(ABC):
     def bind(self, artifact: Artifact) -> Artifact:
         artifact._store = self
         return artifact
+
+
+def with_local_copy(store: ArtifactStore, digest: str, use: Callable[[Path], T]) -> T:
+    """``use(store.path(digest))``, fetching the copy once more when it is not found: an object store's local
+    copy may be evicted by another process between its fetch and its use. :class:`ArtifactEvicted` when it
+    vanished each time."""
+    for _ in range(FETCHES):
+        path = store.path(digest)
+        try:
+            return use(path)
+        except FileNotFoundError:
+            continue
+    raise ArtifactEvicted(f"artifact {digest}: this host's copy was removed each time as soon as it was fetched "
+                          "(is the artifacts cache limit smaller than the files in use?)")

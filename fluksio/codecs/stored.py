@@ -7,10 +7,11 @@ codec (and the artifact store) makes the same type from it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fluksio.artifacts.artifact import REF_KEY, Artifact
-from fluksio.artifacts.store import ArtifactStore
+from fluksio.artifacts.store import ArtifactEvicted, ArtifactStore, with_local_copy
 from fluksio.codecs.registry import REGISTRY, Codec, CodecRegistry
 from fluksio.errors import ArtifactError, CodecError
 
@@ -49,10 +50,6 @@ def store_value(value: Any, codec: Codec, store: ArtifactStore, name: str) -> tu
     return artifact, codec_ref(artifact, codec.name)
 
 
-#: How many times a value is fetched when its local copy vanished before it was read.
-FETCHES = 2
-
-
 def load_value(ref: dict[str, Any], store: ArtifactStore, registry: CodecRegistry = REGISTRY) -> Any:
     """The value a codec reference stands for, read from the store's file of its digest."""
     name = codec_of(ref)
@@ -60,17 +57,17 @@ def load_value(ref: dict[str, Any], store: ArtifactStore, registry: CodecRegistr
         raise CodecError(f"{ref!r:.200} names no codec")
     codec = registry.named(name)
     digest = ref[REF_KEY]["digest"]
-    for fetch in range(1, FETCHES + 1):
-        path = store.path(digest)
+
+    def read(path: Path) -> Any:
         try:
             return codec.read(path)
-        except CodecError:
-            raise
-        except FileNotFoundError:
-            if fetch < FETCHES:
-                continue  # an object store's local copy, evicted by another process since it was fetched
-            raise CodecError(f"artifact {digest}: this host's copy was removed each time as soon as it was "
-                             "fetched (is the artifacts cache limit smaller than the files in use?)") from None
+        except (CodecError, FileNotFoundError):
+            raise  # a missing file: fetched once more (with_local_copy)
         except Exception as exc:
             raise CodecError(f"codec {name!r} could not read artifact {digest} (a {codec.type_name}): "
                              f"{type(exc).__name__}: {exc}") from exc
+
+    try:
+        return with_local_copy(store, digest, read)
+    except ArtifactEvicted as exc:
+        raise CodecError(str(exc)) from None

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, BinaryIO
 
 from fluksio.artifacts.digests import validate_digest
+from fluksio.artifacts.store import with_local_copy
 from fluksio.client import Client
 from fluksio.errors import ArtifactError, InvalidRequest, RunNotFound, RunRejected
 from fluksio.runs.metrics import latest_values_of_runs, sources_of
@@ -24,9 +25,6 @@ from fluksio.store.models import RunArtifact
 from fluksio.store.nodes import artifact_by_digest, artifacts_of
 from fluksio.ui.downsample import downsample
 from fluksio.ui.views import CallRef, parse_call_id
-
-#: How many times a download fetches an artifact whose local copy vanished before it was opened.
-FETCHES = 2
 
 #: Runs one page lists when the request does not say, and the most it may ask for.
 PAGE_SIZE, PAGE_MAX = 50, 1_000
@@ -253,13 +251,7 @@ def artifact_file(client: Client, digest: str) -> tuple[RunArtifact, BinaryIO]:
     row = artifact_by_digest(client.runtime.db, digest)
     if row is None:
         raise ArtifactError(f"no run made an artifact {digest}")
-    for _ in range(FETCHES):
-        try:
-            return row, client.runtime.artifacts.path(digest).open("rb")
-        except FileNotFoundError:
-            continue
-    raise ArtifactError(f"artifact {digest}: this host's copy was removed each time as soon as it was fetched "
-                        "(is the artifacts cache limit smaller than the files in use?)")
+    return row, with_local_copy(client.runtime.artifacts, digest, lambda path: path.open("rb"))
 
 
 def machines(client: Client) -> dict[str, Any]:

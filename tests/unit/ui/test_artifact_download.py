@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from fluksio.artifacts import digest_of
+from fluksio.artifacts.store import FETCHES
 from fluksio.errors import ArtifactError
 from fluksio.store.db import Database
 from fluksio.store.nodes import ArtifactRow, NodeRow, record_nodes
@@ -52,7 +53,7 @@ def test_a_copy_evicted_before_it_was_opened_is_fetched_again(db: Database, tmp_
 
 
 def test_a_copy_evicted_at_every_fetch_is_an_artifact_error_naming_why(db: Database, tmp_path: Path) -> None:
-    store = EvictedCopies(tmp_path, evicted=queries.FETCHES)
+    store = EvictedCopies(tmp_path, evicted=FETCHES)
     with pytest.raises(ArtifactError, match=f"{DIGEST}: this host's copy was removed each time as soon as it"):
         download(db, store)
-    assert store.fetches == queries.FETCHES
+    assert store.fetches == FETCHES

@@ -115,19 +115,15 @@ class Wakeups:
         with self._lock:
             if named is None:
                 return list(self._everything) + self._firsts(self._queues.items(), behind_only=turn)
-            woken = {id(listener): listener for listener in self._everything}
+            woken = list(self._everything) + self._firsts([(None, self._queues.get(None, []))])
             for call_id in named:
                 waiter = self._waiters.get(call_id)
                 if waiter is None or (turn and not waiter.behind):
                     continue  # not ours; or, after a turn, refused for what a turn does not free
                 listener = self._runs.get(waiter.run_id)
                 if listener is not None:
-                    woken[id(listener)] = listener
-            for _order, call_id in self._queues.get(None, ()):
-                listener = self._runs.get(self._waiters[call_id].run_id)
-                if listener is not None:
-                    woken[id(listener)] = listener
-            return list(woken.values())
+                    woken.append(listener)
+            return list({id(listener): listener for listener in woken}.values())
 
     def _firsts(self, queues: Iterable[tuple[Kind | None, list[tuple[str, str]]]],
                 behind_only: bool = False) -> list[Listener]:

@@ -51,6 +51,16 @@ def test_without_retries_a_lost_completion_ends_the_run_saying_so(runtime):
     assert "completion was lost" in run.status_reason
 
 
+def answering(runtime: Runtime, flow: Flow, sent: list[int]):
+    """A worker that answers every call at once, noting in ``sent`` the attempt of each call it was sent."""
+
+    def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
+        sent.append(call.attempt)
+        answer(runtime, flow, call)
+
+    return dispatch
+
+
 class ReplyLosingInbox(MemoryInbox):
     """Hands out its first completion into a dropped connection: the driver never hears it, yet the
     message is on the taken list (as Redis's BLMOVE leaves it)."""
@@ -74,12 +84,7 @@ def test_a_completion_whose_reply_was_lost_is_recovered_from_the_taken_list_not_
     runtime.inbox = ReplyLosingInbox()
     flow = flow_with_retries(0)
     sent: list[int] = []
-
-    def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
-        sent.append(call.attempt)
-        answer(runtime, flow, call)
-
-    run_id = drive_with(runtime, flow, dispatch)
+    run_id = drive_with(runtime, flow, answering(runtime, flow, sent))
     assert runtime.inbox.taken  # the reply was lost indeed
     assert get_run(runtime.db, run_id).status == "ok"
     assert [(r.attempt, r.status) for r in node_rows(runtime.db, run_id)] == [(1, "ok")]
@@ -110,12 +115,7 @@ def test_a_completion_queued_behind_other_messages_is_taken_not_declared_lost(ru
     runtime.inbox = StuckBehindWakes()
     flow = flow_with_retries(1)
     sent: list[int] = []
-
-    def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
-        sent.append(call.attempt)
-        answer(runtime, flow, call)
-
-    run_id = drive_with(runtime, flow, dispatch)
+    run_id = drive_with(runtime, flow, answering(runtime, flow, sent))
     assert get_run(runtime.db, run_id).status == "ok"
     assert [(r.attempt, r.status) for r in node_rows(runtime.db, run_id)] == [(1, "ok")]
     assert sent == [1]

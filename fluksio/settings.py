@@ -94,8 +94,9 @@ class Settings(BaseSettings):
     broker_outage_s: float = Field(default=60.0, ge=0)
     #: Resume abandoned runs automatically (else they stay ``abandoned`` until `fluksio resume`).
     auto_resume: bool = False
-    #: Longest an embedded worker waits for a message before running Celery's pending acknowledgements,
-    #: in seconds. (It wakes at once when a message comes; kombu's default poll, 1 s, cost a second per hop.)
+    #: Longest a busy embedded worker's consumer waits between two looks at its queues, in seconds (a message
+    #: wakes it at once; looking often keeps a hop from waiting for a sleeping thread to run again, and gives
+    #: Celery's loop its turn to acknowledge). Once it has taken nothing for 2 s, it looks once a second.
     memory_polling_interval_s: float = Field(default=0.001, gt=0)
     #: The longest list (product of lists) a mapped node maps over: a longer one fails the node.
     max_elements: int = Field(default=100_000, ge=1)

@@ -57,16 +57,22 @@ class RunHandle:
         return RunStatus(run_rows.get_run(self._client.runtime.db, self.id).status)
 
     def wait(self, timeout: float | None = None) -> RunRecord:
-        """Block until the run ends; :class:`TimeoutError` after ``timeout`` seconds."""
+        """Block until the run ends; :class:`TimeoutError` after ``timeout`` seconds.
+
+        Reads the run's row, with pauses growing to :data:`WAIT_MAX_S` in between; a run driven in this
+        process (the embedded default) ends the pause as soon as its end is written.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = WAIT_FIRST_S
-        while True:
-            if self.status.is_terminal():
-                return self._client.get(self.id)
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"run {self.id} is still {self.status.value} after {timeout:g} s")
-            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
-            pause = min(pause * 2, WAIT_MAX_S)
+        with self._client.runtime.ends.watch(self.id) as ended:
+            while True:
+                if self.status.is_terminal():
+                    return self._client.get(self.id)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"run {self.id} is still {self.status.value} after {timeout:g} s")
+                if ended.wait(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))):
+                    ended.clear()  # the row says what ended it (a resumed run is waited for again)
+                pause = min(pause * 2, WAIT_MAX_S)
 
     def get(self) -> RunRecord:
         return self._client.get(self.id)

@@ -69,7 +69,7 @@ def _wait_live(client: Client, handle: RunHandle, total: int, timeout: float | N
     try:
         screen = Live(console=out, refresh_per_second=8, transient=True)
         show = not quiet and out.is_terminal
-        with screen if show else contextlib.nullcontext():
+        with screen if show else contextlib.nullcontext(), client.runtime.ends.watch(handle.id) as ended:
             while True:
                 record = client.get(handle.id)
                 if show:
@@ -79,7 +79,8 @@ def _wait_live(client: Client, handle: RunHandle, total: int, timeout: float | N
                     return
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"run {handle.id} still {record.status.value} after {timeout:g} s")
-                time.sleep(REFRESH_S)
+                if ended.wait(REFRESH_S):  # a run driven here (embedded) ends the pause at once
+                    ended.clear()
     except KeyboardInterrupt:
         client.cancel(handle.id, "interrupted at the terminal (Ctrl-C)")
         out.print(f"cancelling run {handle.id} …")

@@ -18,6 +18,7 @@ from fluksio.placement.placer import Placer
 from fluksio.provisioners.base import Provisioner
 from fluksio.runs import family
 from fluksio.runs.contact import open_run_store
+from fluksio.runs.ends import RunEnds
 from fluksio.runs.events import Events, MemoryEvents, RedisEvents
 from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
 from fluksio.runs.signing import load_signer
@@ -71,6 +72,8 @@ class Runtime:
     #: ``hand_over(run_id, flow)`` sends a run to a driver (the drive task); set by the Celery app built on
     #: this runtime. A child run's end uses it to wake its parked parent.
     hand_over: Callable[[str, str], None] | None = None
+    #: Wakes what waits here for a run to end (a client's ``wait``) once the end is written in this process.
+    ends: RunEnds = field(default_factory=RunEnds)
     #: The alert dispatcher, when the installation has alert rules (``fluksio.triggers.alerts.attach_alerts``
     #: builds it from the settings: the front doors and driver processes call it, as they start).
     alerts: RunEndListener | None = None
@@ -133,6 +136,7 @@ class Runtime:
         nothing. Never raises: whoever ended the run has done its part; what is told is looked after by others
         too (a parent woken late is found by the sweepers, see ``store.family.stale_woken``).
         """
+        self.ends.tell(run_id)
         try:
             if not orphan:
                 family.tell_parent(self, run_rows.get_run(self.db, run_id))

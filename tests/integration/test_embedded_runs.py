@@ -316,3 +316,21 @@ def test_an_idempotency_key_returns_the_first_run(client: Client) -> None:
     assert again.id == first.id and not again.created
     first.wait(timeout=30)
     assert len(client.runs(flow="diamond")) == 1
+
+
+def test_a_run_driven_here_tells_its_waiters_once_its_end_is_written(client: Client) -> None:
+    # client.wait() and `fluksio run` sleep between two reads of the row; an embedded run ends the sleep.
+    gate = threading.Event()
+    flow = Flow("gated", outputs=["x"])
+
+    @flow.node(provides="x")
+    def held() -> int:
+        gate.wait(30)
+        return 1
+
+    handle = client.submit(flow)
+    with client.runtime.ends.watch(handle.id) as ended:
+        gate.set()
+        assert ended.wait(30), "the run's end was not told to this process"
+        assert handle.status is RunStatus.OK  # told after the row was written, never before
+    assert client.runtime.ends._waiting == {}

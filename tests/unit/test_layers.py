@@ -44,7 +44,8 @@ PURE = [
     "fluksio.placement.placer", "fluksio.placement.turns", "fluksio.placement.wakeups",
     "fluksio.driver.walk", "fluksio.driver.retrying", "fluksio.driver.verdict", "fluksio.driver.rows",
     "fluksio.driver.restore", "fluksio.driver.waitlists",
-    "fluksio.runs.cache_key", "fluksio.messages", "fluksio.routing", "fluksio.schemas", "fluksio.store.rows",
+    "fluksio.runs.cache_key", "fluksio.runs.ends", "fluksio.messages", "fluksio.routing", "fluksio.schemas",
+    "fluksio.store.rows",
 ]
 
 

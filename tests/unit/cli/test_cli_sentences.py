@@ -64,6 +64,7 @@ def test_every_call_on_a_closed_client_is_refused(tmp_path: Path) -> None:
 
 def test_ctrl_c_whose_cancel_is_slow_to_land_ends_with_a_line_not_a_traceback(capsys) -> None:
     from fluksio.cli.main import _wait_live
+    from fluksio.runs.ends import RunEnds
 
     class Interrupted:
         id = "01SLOW"
@@ -71,8 +72,12 @@ def test_ctrl_c_whose_cancel_is_slow_to_land_ends_with_a_line_not_a_traceback(ca
         def wait(self, timeout: float) -> None:
             raise TimeoutError(f"run 01SLOW is still running after {timeout:g} s")
 
+    class Runtime:
+        ends = RunEnds()
+
     class Client:
         cancelled: list[str] = []
+        runtime = Runtime()
 
         def get(self, run_id: str) -> None:
             raise KeyboardInterrupt  # Ctrl-C while the command shows the run

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import sqlite3
@@ -84,10 +83,12 @@ def _begin_immediate(connection: Connection) -> None:
     """``BEGIN IMMEDIATE``, waiting for another writer in short steps of our own.
 
     SQLite's busy handler sleeps 1, 2, 5 … 25, 50, 100 ms between tries, so a writer that finds the file
-    locked often waits longer than the other writer needed. Here the busy timeout is off for the BEGIN
-    alone and a try is made every 0.5–4 ms, up to the same limit; once it holds the write lock, nothing in
-    the transaction waits on another writer (WAL). Measured with ``benchmarks/submit.py --no-redis``
-    against SQLite's handler, alternating: submit p99 25.8–31.3 ms against 34.5–35.4 ms.
+    locked often waits longer than the other writer needed. Here a write connection has no busy timeout
+    (see ``Database._sqlite_engine``) and a try is made every 0.5–4 ms, up to the same limit; once it
+    holds the write lock, nothing in the transaction waits on another writer (WAL). Measured with
+    ``benchmarks/submit.py --no-redis`` against SQLite's handler, alternating: submit p99 25.8–31.3 ms
+    against 34.5–35.4 ms. (Turning the timeout off and on again around each BEGIN cost two more calls
+    into SQLite per transaction, each letting go of the GIL and waiting to take it back.)
     """
     sqlite = connection.connection.driver_connection
     if sqlite is None:  # a connection already closed: SQLAlchemy reconnects (and its errors are retried)
@@ -96,7 +97,6 @@ def _begin_immediate(connection: Connection) -> None:
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
     pause = 0.0005
     try:
-        sqlite.execute("PRAGMA busy_timeout=0")
         while time.monotonic() + pause < deadline:
             try:
                 sqlite.execute("BEGIN IMMEDIATE")
@@ -106,15 +106,10 @@ def _begin_immediate(connection: Connection) -> None:
                     break
             time.sleep(pause)
             pause = min(pause * 2, 0.004)
-        # The last try (the time is up, or another error came) through SQLAlchemy: its error is raised
-        # as the store's retries know it.
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-        return
     except sqlite3.Error:
         pass  # a closed or broken connection: retried below, through SQLAlchemy (which invalidates it)
-    finally:
-        with contextlib.suppress(sqlite3.Error):
-            sqlite.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    # The last try (the time is up, or another error came) through SQLAlchemy: its error is raised as the
+    # store's retries know it.
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
@@ -170,7 +165,8 @@ class Database:
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            # A writer waits for the write lock in _begin_immediate, not in SQLite's busy handler.
+            cursor.execute(f"PRAGMA busy_timeout={0 if immediate else SQLITE_BUSY_TIMEOUT_MS}")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()

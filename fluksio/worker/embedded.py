@@ -4,8 +4,9 @@ Each embedded runtime gets a memory transport of its own (kombu's keeps its
 queues in class attributes shared by the whole process), and each worker gets
 an app of its own (a worker's queue selection is stored on its app). Drivers
 and node calls run in separate pools, so a driver can never take the slot a
-node call needs. A worker's consumer sleeps until a message comes; idle, it
-looks at its queues once a second, so an idle client costs no CPU.
+node call needs. A worker's consumer sleeps until a message comes or one of its
+pool threads asks it for an acknowledgement; idle, it looks at its queues once a
+second, so an idle client costs no CPU.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import queue
 import socket
 import threading
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -24,6 +26,7 @@ from typing import Any
 from celery import Celery
 from celery.concurrency.thread import TaskPool as ThreadTaskPool
 from celery.worker import WorkController
+from celery.worker.consumer import Consumer
 from kombu.transport import memory, virtual
 
 from fluksio.constants import DRIVERS_QUEUE
@@ -46,12 +49,16 @@ class Arrivals:
 
     kombu's memory transport polls: a consumer whose queues are empty sleeps ``polling_interval`` and
     looks again, so a message waits half an interval on average before a worker sees it — in a
-    fan-out on 2 slots that wait, not the work, set the pace. Here every put wakes the consumers.
+    fan-out on 2 slots that wait, not the work, set the pace. Here every put wakes the consumers, and
+    so does an operation a pool thread leaves for its consumer (:meth:`poke`).
     """
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._counts: defaultdict[str, int] = defaultdict(int)
+        #: A consumer's transport (one per connection) → the operations its pool threads leave for it
+        #: (Celery's own list, emptied by its loop between two drains).
+        self._operations: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
         #: The workers are stopping: no drain waits any more (each returns, and its loop sees the stop).
         self._closed = False
 
@@ -64,18 +71,59 @@ class Arrivals:
         with self._changed:
             return tuple(self._counts[q] for q in queues)
 
+    def operations_for(self, transport: Any, operations: list[Any]) -> None:
+        """``operations`` are what the consumer draining through ``transport`` does between two drains."""
+        with self._changed:
+            self._operations[transport] = operations
+
+    def poke(self) -> None:
+        """An operation was left for a consumer: its drain returns, so that its loop does it."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def pending(self, transport: Any) -> bool:
+        """Whether the consumer draining through ``transport`` has operations left for it."""
+        with self._changed:
+            return bool(self._operations.get(transport))
+
     def close(self) -> None:
         """The workers stop: every wait ends now, and none waits again."""
         with self._changed:
             self._closed = True
             self._changed.notify_all()
 
-    def wait(self, queues: list[str], seen: tuple[int, ...], timeout_s: float) -> None:
-        """Until one of ``queues`` got a message since ``seen`` was taken, the workers stop, or ``timeout_s``
-        seconds passed."""
+    def wait(self, queues: list[str], seen: tuple[int, ...], timeout_s: float, transport: Any = None) -> None:
+        """Until one of ``queues`` got a message since ``seen`` was taken, an operation was left for the
+        consumer draining through ``transport``, the workers stop, or ``timeout_s`` seconds passed."""
+        operations = self._operations.get(transport, ()) if transport is not None else ()
         with self._changed:
-            self._changed.wait_for(lambda: self._closed or tuple(self._counts[q] for q in queues) != seen,
-                                   timeout_s)
+            self._changed.wait_for(lambda: self._closed or bool(operations)
+                                   or tuple(self._counts[q] for q in queues) != seen, timeout_s)
+
+
+def waking_consumer(arrivals: Arrivals) -> type[Consumer]:
+    """Celery's consumer, whose drain is woken when a pool thread leaves it an operation.
+
+    Celery's blocking loop (on transports without an event loop, such as memory) does what pool threads ask
+    of it — above all, acknowledging a call that finished — only between two drains. With one message per
+    slot in the prefetch window, the next call is taken only once the one before is acknowledged; its
+    message may come before the acknowledgement is asked for, and an idle drain, asleep until the next
+    message, would then hold the next call for a whole drain (a review measured 1 s per hand-off after a
+    call of more than 2 s).
+    """
+
+    class WakingConsumer(Consumer):
+        def connect(self) -> Any:
+            connection = super().connect()
+            arrivals.operations_for(connection.transport, self._pending_operations)
+            return connection
+
+        def call_soon(self, p: Any, *args: Any, **kwargs: Any) -> Any:
+            operation = super().call_soon(p, *args, **kwargs)
+            arrivals.poke()
+            return operation
+
+    return WakingConsumer
 
 
 def drain_timeout(asked_s: float | None, busy_s: float, since_took_s: float) -> float:
@@ -89,10 +137,11 @@ def drain_timeout(asked_s: float | None, busy_s: float, since_took_s: float) -> 
 def private_memory_transport(drain_timeout_s: float, arrivals: Arrivals) -> type[memory.Transport]:
     """A memory transport of its own, whose consumers wake when a message comes, not on a poll.
 
-    A blocking drain returns as soon as a message comes for one of its queues, consumable or not, so
-    that Celery can run its pending acknowledgements (its blocking loop runs them only between two
-    drains) and take the message. Otherwise it returns after ``drain_timeout_s`` seconds while its
-    consumer is busy, and after :data:`IDLE_DRAIN_S` once it has taken nothing for :data:`IDLE_AFTER_S`.
+    A blocking drain returns as soon as a message comes for one of its queues, consumable or not, or
+    its consumer is left an operation (see :func:`waking_consumer`), so that Celery can run its pending
+    acknowledgements (its blocking loop runs them only between two drains) and take the message.
+    Otherwise it returns after ``drain_timeout_s`` seconds while its consumer is busy, and after
+    :data:`IDLE_DRAIN_S` once it has taken nothing for :data:`IDLE_AFTER_S`.
     Looking often while busy keeps a hop from waiting for a sleeping thread to be scheduled again (a
     fan-out ran at 483–499 calls/s with 2 s drains, against about 700 with 1 ms ones); sleeping long
     while idle keeps an idle client from spinning (1 ms looks throughout kept 17 % of a core busy).
@@ -117,7 +166,9 @@ def private_memory_transport(drain_timeout_s: float, arrivals: Arrivals) -> type
             return
         except Empty:
             pass
-        arrivals.wait(queues, seen, timeout_s)
+        if arrivals.pending(self):  # left meanwhile: done (by Celery's loop) before waiting for anything else
+            raise socket.timeout()
+        arrivals.wait(queues, seen, timeout_s, self)
         try:
             self.cycle.get(self._deliver, timeout=timeout_s)
             self.fluksio_took_at = time.monotonic()
@@ -212,6 +263,7 @@ class EmbeddedWorkers:
         app: Celery = create_app(self.runtime.settings, self.runtime, **overrides)
         controller = WorkController(
             app=app, hostname=f"{role}@{self.runtime.machine}", pool_cls=thread_pool_for(app, role),
+            consumer_cls=waking_consumer(self.arrivals),
             concurrency=concurrency,
             queues=queues, without_heartbeat=True, without_mingle=True, without_gossip=True,
             loglevel="WARNING",

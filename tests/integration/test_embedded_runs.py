@@ -334,3 +334,32 @@ def test_a_run_driven_here_tells_its_waiters_once_its_end_is_written(client: Cli
         assert ended.wait(30), "the run's end was not told to this process"
         assert handle.status is RunStatus.OK  # told after the row was written, never before
     assert client.runtime.ends._waiting == {}
+
+
+def test_a_call_acknowledged_while_its_worker_sleeps_lets_the_next_call_in(settings: Settings, monkeypatch) -> None:
+    # One slot, so one call's message in the prefetch window at a time: the next call is taken only once the
+    # one before is acknowledged, which Celery's loop does between two drains. The next call's message can
+    # come before the acknowledgement is asked for; the ask must wake the drain. Every drain here is an idle
+    # one, as long as Celery lets it be (2 s): each wake-up missed holds the chain that long.
+    import fluksio.execution.task as call_task
+    import fluksio.worker.embedded as embedded
+
+    monkeypatch.setattr(embedded, "IDLE_AFTER_S", 0.0)
+    monkeypatch.setattr(embedded, "IDLE_DRAIN_S", 60.0)
+    execute_call = call_task.execute_call
+
+    def slow_to_return(*args, **kwargs) -> None:
+        execute_call(*args, **kwargs)  # its completion is pushed: the driver sends the next call …
+        time.sleep(0.05)  # … before this call's task returns and asks for its acknowledgement
+
+    monkeypatch.setattr(call_task, "execute_call", slow_to_return)
+    def step(previous: int = 0) -> int:
+        return previous + 1
+
+    flow = Flow("handoffs", outputs=["n11"])
+    for i in range(12):
+        flow.node(step, name=f"n{i}", provides=f"n{i}", requires=[f"n{i - 1}"] if i else [])
+    with connect(settings.model_copy(update={"cpus": 1})) as one_slot:
+        record = one_slot.submit(flow).wait(timeout=20)
+    assert record.status is RunStatus.OK, record.status_reason
+    assert record.result == {"n11": 12}

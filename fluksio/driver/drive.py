@@ -52,8 +52,8 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
         if run_rows.transition(db, run_id, RunStatus.ERROR, status_reason=str(exc), finished_at=run_rows.utcnow()):
             runtime.run_ended(run_id, RunStatus.ERROR, orphan=run.parent_id is None)  # alerts, a waiting parent
         return
-    waited = bool(missing_labels(runtime, flow))
-    if waited and not wait_for_labels(runtime, run_id, flow):
+    missing = missing_labels(runtime, flow)
+    if missing and not wait_for_labels(runtime, run_id, flow, missing):
         if runtime.stopping.is_set() and requeue is not None:
             requeue(run_id)  # still queued: another driver takes over the wait
         return  # cancelled, claimed elsewhere, or handed over while it waited
@@ -66,7 +66,7 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
     runtime.events.publish("run_started", run_id=run_id, flow=flow.name)
     # The row read above differs from the claimed one only in what the claim wrote (status, start, lease,
     # code), unless the run waited for labels meanwhile or was resumed in between (its epoch moved).
-    claimed = run if not waited and epoch == run.resume_count else run_rows.get_run(db, run_id)
+    claimed = run if not missing and epoch == run.resume_count else run_rows.get_run(db, run_id)
     driver = Driver(runtime, run_id, run.params or {}, flow, dispatch, revoke, code_digest=code_digest,
                     use_cache=not run.no_cache, epoch=epoch,
                     requeue_on_shutdown=runtime.settings.auto_resume and requeue is not None, run=claimed)

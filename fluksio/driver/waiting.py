@@ -41,12 +41,12 @@ def ask_for_machine(runtime: Runtime, resources: Resources, device: str | None, 
         return f"could not ask for a machine: {exc}"
 
 
-def wait_for_labels(runtime: Runtime, run_id: str, flow: Flow) -> bool:
-    """Keep the run ``queued`` (saying why) until every label it requires is carried by some machine.
+def wait_for_labels(runtime: Runtime, run_id: str, flow: Flow, missing: list[str]) -> bool:
+    """Keep the run ``queued`` (saying why) until every label it requires is carried by some machine;
+    ``missing``: the labels :func:`missing_labels` found no machine carrying.
 
     Returns ``False`` when the run stopped being queued meanwhile (cancelled, or claimed elsewhere).
     """
-    missing = missing_labels(runtime, flow)
     if not missing:
         return True
     wake = lambda: runtime.inbox.wake(run_id)  # noqa: E731

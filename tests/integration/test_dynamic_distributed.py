@@ -63,7 +63,9 @@ def test_a_gpu_mapped_node_gets_distinct_gpu_ids_per_concurrent_element(client: 
 
 def test_cancel_mid_map_kills_the_running_elements_and_starts_no_new_one(client: Client, cluster: Cluster) -> None:
     run = client.submit(flows.stuck_map, {"tag": "stuckmap", "items": list(range(6))})
-    wait_for(lambda: len(cluster.marked("stuckmap")) >= 3, 30, "three elements to start")  # map-a, map-b, map-gpu ×2
+    # Every slot taken (map-a, map-b, map-gpu ×2) before looking: with one left free, a fourth element could start
+    # between the look and the cancel.
+    wait_for(lambda: len(cluster.marked("stuckmap")) >= 4, 30, "four elements to start")
     started = cluster.marked("stuckmap")
     client.cancel(run.id)
     record = run.wait(timeout=30)

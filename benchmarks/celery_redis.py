@@ -23,6 +23,7 @@ import argparse
 import gc
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -82,6 +83,42 @@ def commands_per_hop(client, run, length: int) -> tuple[float, str]:  # type: ig
     return sum(delta.values()) / length, ", ".join(f"{name} {count / length:.1f}" for name, count in busiest)
 
 
+#: What the counting pass sends last: the monitor stops when it sees it.
+_STOP = "fluksio-bench-monitor-stop"
+
+
+def sent_per_hop(client, run, length: int) -> float:  # type: ignore[no-untyped-def]
+    """Commands the clients sent per hop over one chain, not counting those a script ran inside Redis (which
+    ``commands_per_hop`` counts, as the server does): each is a command on the wire, a script one. Read from
+    ``MONITOR``, which slows the server down: a pass of its own, never a timed one. The idle workers' polls
+    are counted, as there."""
+    sent: list[str] = []
+    listening, stopped = threading.Event(), threading.Event()
+
+    def listen() -> None:
+        with client.monitor() as monitor:  # entered once Redis has said OK: it is listening
+            listening.set()
+            for command in monitor.listen():
+                if _STOP in command["command"]:
+                    stopped.set()
+                    return
+                if command.get("client_type") != "lua":
+                    sent.append(command["command"])
+
+    watcher = threading.Thread(target=listen, name="bench-monitor", daemon=True)
+    watcher.start()
+    if not listening.wait(10):
+        raise RuntimeError("MONITOR did not start within 10 s")
+    try:
+        run()
+    finally:
+        client.echo(_STOP)  # also when the run failed: the monitor must not stay on for the timed passes
+        watcher.join(30)
+    if not stopped.is_set():
+        raise RuntimeError("the MONITOR pass did not see its end within 30 s: its count would be partial")
+    return len(sent) / length
+
+
 def map_figures(client, app, widths: list[int], repeat: int, deadline: float, cpus: int,  # type: ignore[no-untyped-def]
                  timeout: float) -> list[Figure]:
     """A mapped node over each of ``widths`` elements against a Celery group of as many no-op tasks."""
@@ -126,6 +163,8 @@ def measure(length: int, width: int, repeat: int, cpus: int, budget_s: float,
                 server, lambda: fluksio_run_s(client, chain_name(length), timeout), length)
             theirs_per_hop, theirs_busiest = commands_per_hop(
                 server, lambda: celery_chain_s(app, length, timeout), length)
+            ours_sent = sent_per_hop(server, lambda: fluksio_run_s(client, chain_name(length), timeout), length)
+            theirs_sent = sent_per_hop(server, lambda: celery_chain_s(app, length, timeout), length)
             server.close()
             harness.progress(f"chain of {length}, fan-out of {width}, {repeat} repeat(s)")
             samples = harness.interleaved({
@@ -151,6 +190,9 @@ def measure(length: int, width: int, repeat: int, cpus: int, budget_s: float,
                baseline_samples=rate["celery fanout"], note=f"{cpus} worker slots each"),
         Figure("chain (Redis)", "Redis commands per hop", "commands", ours_per_hop, theirs_per_hop,
                "raw Celery chain", note=f"fluksio: {ours_busiest}; Celery: {theirs_busiest} (one chain each)"),
+        Figure("chain (Redis)", "Redis commands sent per hop (a script one)", "commands", ours_sent, theirs_sent,
+               "raw Celery chain", note="the commands above less those fluksio's scripts run inside Redis "
+               "(from MONITOR, one chain each)"),
         *mapped,
     ]
 

@@ -39,6 +39,7 @@ from fluksio.flows.node import NodeSpec, error_types
 from fluksio.flows.secret import NAME as SECRET_NAME
 from fluksio.flows.source import short
 from fluksio.messages import Completion, MadeArtifact, NodeCall
+from fluksio.runs import handoff
 from fluksio.runs.runtime import Runtime
 from fluksio.store.runs import call_refusal
 
@@ -74,9 +75,14 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
                 # its run belong to the call it copies (or to nobody): nothing is given back, nothing reported.
                 log.error("refusing call %s: %s", call.call_id, refusal)
                 return
+        flow, flow_refusal = _flow_for(runtime, call)  # only a look: whether this copy may run it is asked next
         # First make sure this delivery is the one that may run the call: a copy that may not (see
         # Books.start) must not give back a grant, nor report an error, for the copy that does.
-        if not runtime.placer.start(grant, uuid.uuid4().hex):
+        # Its node_started is said in the same step, unless the call cannot run here (its flow is refused).
+        started_event = None if flow is None else {
+            "run_id": call.run_id, "node": call.unit, "machine": grant.machine, "gpus": list(grant.gpus),
+            "attempt": call.attempt}
+        if not handoff.start(runtime, grant, uuid.uuid4().hex, started_event):
             log.warning("dropping call %s: it is running already, or settled, or its grant is void", call.call_id)
             return
     except Exception as exc:
@@ -92,12 +98,9 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
         # another delivery's. Its message goes back to its queue (execution/task.py) for when the store is back.
         raise CallNotStarted(f"call {call.call_id}: could not check that it may start: {type(exc).__name__}: "
                              f"{exc}") from exc
-    flow, refusal = _flow_for(runtime, call)
     if flow is None:
-        settle(runtime, call, started=started, status="error", error=refusal)
+        settle(runtime, call, started=started, status="error", error=flow_refusal)
         return
-    runtime.events.publish("node_started", run_id=call.run_id, node=call.unit, machine=grant.machine,
-                           gpus=list(grant.gpus), attempt=call.attempt)
     try:
         node = flow.nodes.get(call.node)
         if node is None:
@@ -183,11 +186,7 @@ def settle(runtime: Runtime, call: NodeCall, *, started: str | None, status: Lit
         epoch=call.epoch, outputs=outputs, artifacts=artifacts, logs=_storable(logs), error=_storable(error),
         error_types=error_types, oom=oom,
     )
-    try:
-        # Give the resources back before telling the driver, so its next claim can use them.
-        runtime.placer.release(grant)
-    finally:
-        runtime.inbox.push(call.run_id, completion)
+    handoff.give_back(runtime, grant, call.run_id, completion)
 
 
 def _storable(text: str | None) -> str | None:

@@ -25,6 +25,18 @@ ANY_CHANGE = "change"
 
 
 @dataclass(frozen=True)
+class Tell:
+    """A message for others that books which :attr:`Books.tells` send in the same atomic step as a start or a
+    give-back, saving the round trip it would take alone (fluksio/runs/handoff.py): published on the channel
+    ``key`` after a start; pushed onto the list ``key`` after a give-back, the list then kept ``ttl_s`` seconds
+    (0: its expiry left as it was)."""
+
+    key: str
+    text: str
+    ttl_s: int = 0
+
+
+@dataclass(frozen=True)
 class Change:
     """A change of the books, as a change listener hears it."""
 
@@ -188,9 +200,10 @@ class Books(ABC):
         """
 
     @abstractmethod
-    def start(self, grant: Grant, token: str) -> bool:
+    def start(self, grant: Grant, token: str, tell: Tell | None = None) -> bool:
         """A worker is about to run the grant's call: ``True`` for one ``token`` only, and only while the
-        grant is held.
+        grant is held; ``tell`` is published then (not again for the same ``token``), by books that
+        :attr:`tells` (others refuse it).
 
         The grant is the call's ledger entry. Redis redelivers an unacknowledged message when a
         worker reconnects or comes back; by then the call may be running still, or its driver may
@@ -206,8 +219,11 @@ class Books(ABC):
         """The ids of those grants no longer held (given back, or void): one look for them all."""
 
     @abstractmethod
-    def give(self, grant: Grant) -> bool:
-        """Return a grant's resources (and its pool slot). Idempotent: a second give-back does nothing."""
+    def give(self, grant: Grant, tell: Tell | None = None) -> bool:
+        """Return a grant's resources (and its pool slot). Idempotent: a second give-back does nothing.
+
+        ``tell`` is pushed after it, given back or not, by books that :attr:`tells` (others refuse it).
+        """
 
     @abstractmethod
     def lost(self, grant: Grant) -> bool:
@@ -234,6 +250,8 @@ class Books(ABC):
     #: Whether the books name the calls a change lets go (:attr:`Change.named`), and a grant that leaves room
     #: for the next call of its kind names that call too. Else the placer wakes the next of the kind itself.
     names_calls: bool = False
+    #: Whether :meth:`start` and :meth:`give` carry a :class:`Tell` in their own step.
+    tells: bool = False
 
     @abstractmethod
     def on_change(self, callback: Callable[[Change], None]) -> None:

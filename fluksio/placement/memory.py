@@ -7,7 +7,16 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from operator import attrgetter
 
-from fluksio.placement.backend import ANY_CHANGE, TURN, Books, Change, MachinesChanged, MachineView, WaitingCall
+from fluksio.placement.backend import (
+    ANY_CHANGE,
+    TURN,
+    Books,
+    Change,
+    MachinesChanged,
+    MachineView,
+    Tell,
+    WaitingCall,
+)
 from fluksio.placement.books import MachineBooks
 from fluksio.placement.turns import (
     Ask,
@@ -26,6 +35,12 @@ from fluksio.schemas import Grant, Inventory, Resources
 
 #: The sort key of ``MachineBooks`` by ``backend.preference``.
 _RANK = attrgetter("rank")
+
+
+def _refuse(tell: Tell | None) -> None:
+    if tell is not None:
+        raise ValueError("books in this process cannot tell anyone in their own step (Books.tells is False): "
+                         "send the message after the start or give-back")
 
 
 class MemoryBooks(Books):
@@ -232,7 +247,8 @@ class MemoryBooks(Books):
         with self._lock:
             return {pool: sorted(self._pools.get(pool, ())) for pool in pools}
 
-    def start(self, grant: Grant, token: str) -> bool:
+    def start(self, grant: Grant, token: str, tell: Tell | None = None) -> bool:
+        _refuse(tell)
         with self._lock:
             books = self._books.get(grant.machine)
             return books.start(grant.id, token) if books else False
@@ -242,7 +258,8 @@ class MemoryBooks(Books):
             return {g.id for g in grants
                     if g.machine not in self._books or g.id not in self._books[g.machine].grants}
 
-    def give(self, grant: Grant) -> bool:
+    def give(self, grant: Grant, tell: Tell | None = None) -> bool:
+        _refuse(tell)
         with self._lock:
             books = self._books.get(grant.machine)
             held = books.grants.get(grant.id) if books else None

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fluksio.errors import PlacementError
-from fluksio.placement.backend import TURN, Books, Change, MachinesChanged
+from fluksio.placement.backend import TURN, Books, Change, MachinesChanged, Tell
 from fluksio.placement.clamp import clamp
 from fluksio.placement.memory import MemoryBooks
 from fluksio.placement.turns import Ask, Kind, Refusal, Why, order_key
@@ -162,16 +162,16 @@ class Placer:
         self._wakeups.forgotten(call_id)
         self.books.forget_waiting(call_id)
 
-    def start(self, grant: Grant, token: str) -> bool:
+    def start(self, grant: Grant, token: str, tell: Tell | None = None) -> bool:
         """Whether the delivery ``token`` of the grant's call may run it now (see :meth:`Books.start`)."""
-        return self.books.start(grant, token)
+        return self.books.start(grant, token, tell)
 
     def given_back(self, grants: Sequence[Grant]) -> set[str]:
         """The ids of those grants no longer held: their calls ended (or can never start)."""
         return self.books.given_back(grants)
 
-    def release(self, grant: Grant) -> bool:
-        return self.books.give(grant)
+    def release(self, grant: Grant, tell: Tell | None = None) -> bool:
+        return self.books.give(grant, tell)
 
     def lost(self, grant: Grant) -> bool:
         return self.books.lost(grant)

@@ -50,7 +50,16 @@ from fluksio.constants import (
 )
 from fluksio.placement import redis_claim
 from fluksio.placement import redis_scripts as scripts
-from fluksio.placement.backend import ANY_CHANGE, TURN, Books, Change, MachinesChanged, MachineView, WaitingCall
+from fluksio.placement.backend import (
+    ANY_CHANGE,
+    TURN,
+    Books,
+    Change,
+    MachinesChanged,
+    MachineView,
+    Tell,
+    WaitingCall,
+)
 from fluksio.placement.turns import Ask, Refusal, Why, order_key
 from fluksio.schemas import Grant, Inventory, Resources
 
@@ -283,8 +292,11 @@ class RedisBooks(Books):
         return {pool: sorted(_text(holder) for holder in holders)
                 for pool, holders in zip(pools, pipe.execute(), strict=True)}
 
-    def start(self, grant: Grant, token: str) -> bool:
-        return bool(self._start(keys=[GRANTS_KEY + grant.machine], args=[grant.id, token]))
+    tells = True  # START and GIVE send a Tell on in the same script
+
+    def start(self, grant: Grant, token: str, tell: Tell | None = None) -> bool:
+        said = [tell.key, tell.text] if tell is not None else []
+        return bool(self._start(keys=[GRANTS_KEY + grant.machine], args=[grant.id, token, *said]))
 
     def given_back(self, grants: Sequence[Grant]) -> set[str]:
         if not grants:
@@ -294,9 +306,10 @@ class RedisBooks(Books):
             pipe.hexists(GRANTS_KEY + grant.machine, grant.id)
         return {grant.id for grant, held in zip(grants, pipe.execute(), strict=True) if not held}
 
-    def give(self, grant: Grant) -> bool:
+    def give(self, grant: Grant, tell: Tell | None = None) -> bool:
+        pushed: list[str | int] = [tell.key, tell.text, tell.ttl_s] if tell is not None else []
         return bool(self._give(keys=[*scripts.KEYS, WAIT_KINDS_KEY],
-                               args=[*scripts.PREFIXES, grant.machine, grant.id, WAIT_KIND_KEY]))
+                               args=[*scripts.PREFIXES, grant.machine, grant.id, WAIT_KIND_KEY, *pushed]))
 
     def lost(self, grant: Grant) -> bool:
         pipe = self.redis.pipeline(transaction=False)

@@ -172,40 +172,55 @@ return {'none'}
 """
 
 # KEYS[5]: the waiting calls' kinds hash. ARGV[6]: machine name, [7]: grant id, [8]: the kinds' sorted sets
-# prefix. Returns 1 when resources came back (its pool slot with them).
+# prefix, [9]: a list to push onto afterwards, given back or not ('' for none: backend.Tell), [10]: what
+# to push, [11]: the list's TTL in seconds (0: left as it is). Returns 1 when resources came back (its
+# pool slot with them).
 GIVE = HELPERS + HEADS + """
-redis.call('HDEL', KEYS[4], ARGV[7])
-local grants, machine = ARGV[2] .. ARGV[6], ARGV[1] .. ARGV[6]
-local held = redis.call('HGET', grants, ARGV[7])
-if not held then return 0 end
-redis.call('HDEL', grants, ARGV[7])
-local g = cjson.decode(held)
-local pooled = type(g.pool) == 'string' and g.pool ~= ''
-if pooled then redis.call('HDEL', ARGV[4] .. g.pool, ARGV[7]) end
--- One read of the machine's books (nothing, when it is gone) and one write of what is free again: every
--- give-back runs this, and each command a script runs costs the server as one sent would.
-local books = redis.call('HMGET', machine, 'free_cpus', 'free_ram_mb', 'free_gpus', 'labelled', 'cpus')
-if not books[1] then
-  if pooled then redis.call('PUBLISH', ARGV[5], 'give') end  -- the slot is free, if nothing else is
-  return 0
+local function give_back()
+  redis.call('HDEL', KEYS[4], ARGV[7])
+  local grants, machine = ARGV[2] .. ARGV[6], ARGV[1] .. ARGV[6]
+  local held = redis.call('HGET', grants, ARGV[7])
+  if not held then return 0 end
+  redis.call('HDEL', grants, ARGV[7])
+  local g = cjson.decode(held)
+  local pooled = type(g.pool) == 'string' and g.pool ~= ''
+  if pooled then redis.call('HDEL', ARGV[4] .. g.pool, ARGV[7]) end
+  -- One read of the machine's books (nothing, when it is gone) and one write of what is free again: every
+  -- give-back runs this, and each command a script runs costs the server as one sent would.
+  local books = redis.call('HMGET', machine, 'free_cpus', 'free_ram_mb', 'free_gpus', 'labelled', 'cpus')
+  if not books[1] then
+    if pooled then redis.call('PUBLISH', ARGV[5], 'give') end  -- the slot is free, if nothing else is
+    return 0
+  end
+  local free_cpus = tonumber(books[1]) + g.cpus
+  local ids = {}
+  for id in string.gmatch(books[3], '[^,]+') do table.insert(ids, tonumber(id)) end
+  for id in string.gmatch(g.gpus, '[^,]+') do table.insert(ids, tonumber(id)) end
+  table.sort(ids)
+  redis.call('HSET', machine, 'free_cpus', free_cpus, 'free_ram_mb', tonumber(books[2]) + g.ram_mb,
+             'free_gpus', table.concat(ids, ','))
+  rank(ARGV[6], books[4], books[5], free_cpus)
+  -- Heard by the processes holding the calls it names. With no call listed, nobody is: every call refused
+  -- in its turn is listed; one refused while the machines kept changing is not, and waits for an attach or
+  -- its driver's next try (placer.try_claim).
+  local named = named_firsts(KEYS[5], ARGV[8], nil)
+  if named ~= ':' then redis.call('PUBLISH', ARGV[5], 'give' .. named) end
+  return 1
 end
-local free_cpus = tonumber(books[1]) + g.cpus
-local ids = {}
-for id in string.gmatch(books[3], '[^,]+') do table.insert(ids, tonumber(id)) end
-for id in string.gmatch(g.gpus, '[^,]+') do table.insert(ids, tonumber(id)) end
-table.sort(ids)
-redis.call('HSET', machine, 'free_cpus', free_cpus, 'free_ram_mb', tonumber(books[2]) + g.ram_mb,
-           'free_gpus', table.concat(ids, ','))
-rank(ARGV[6], books[4], books[5], free_cpus)
-redis.call('PUBLISH', ARGV[5], 'give' .. named_firsts(KEYS[5], ARGV[8], nil))
-return 1
+local gave = give_back()
+if ARGV[9] and ARGV[9] ~= '' then
+  redis.call('RPUSH', ARGV[9], ARGV[10])
+  if tonumber(ARGV[11]) > 0 then redis.call('EXPIRE', ARGV[9], ARGV[11]) end
+end
+return gave
 """
 
 
-# KEYS[1]: the machine's grants hash. ARGV[1]: grant id, [2]: the delivery's token. Returns 1 when the
+# KEYS[1]: the machine's grants hash. ARGV[1]: grant id, [2]: the delivery's token, [3]: a channel to
+# publish on when the call starts ('' for none: backend.Tell), [4]: what to publish. Returns 1 when the
 # grant is held and its call is not started, or was started with this very token (the same command sent
-# again after its answer was lost); 0 when it was given back (or voided by the machine attaching again)
-# or started by another delivery.
+# again after its answer was lost: not published again); 0 when it was given back (or voided by the
+# machine attaching again) or started by another delivery.
 START = """
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 if not held then return 0 end
@@ -213,6 +228,7 @@ local g = cjson.decode(held)
 if g.started then return g.started == ARGV[2] and 1 or 0 end
 g.started = ARGV[2]
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(g))
+if ARGV[3] and ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
 return 1
 """
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from fluksio.constants import EVENTS_CHANNEL
 from fluksio.errors import EventsUnavailable
+from fluksio.placement.backend import Tell
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,11 @@ class Events(ABC):
             self._send(event)
         except Exception:  # an event is never worth failing a run for
             log.warning("could not publish %s event", kind, exc_info=True)
+
+    def tell(self, kind: str, **fields: Any) -> Tell | None:
+        """The event as books in the same Redis publish it after a start (``Books.tells``); ``None`` for
+        events they cannot reach."""
+        return None
 
     @abstractmethod
     def _send(self, event: dict[str, Any]) -> None: ...
@@ -82,6 +88,9 @@ class RedisEvents(Events):
 
     def _send(self, event: dict[str, Any]) -> None:
         self.redis.publish(EVENTS_CHANNEL, json.dumps(event))
+
+    def tell(self, kind: str, **fields: Any) -> Tell:
+        return Tell(EVENTS_CHANNEL, json.dumps({"event": kind, "at": time.time(), **fields}))
 
     def stream(self) -> EventStream:
         """A subscription that starts now (events published before this call are not seen)."""

@@ -20,6 +20,7 @@ from typing import Any
 from fluksio.constants import INBOX_KEY, TAKEN_SUFFIX
 from fluksio.errors import ConfigError, MessageRefused
 from fluksio.messages import InboxMessage, Wake, inbox_message_from_wire
+from fluksio.placement.backend import Tell
 from fluksio.runs.signing import Signer, is_envelope
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,11 @@ class Inbox(ABC):
 
     @abstractmethod
     def push(self, run_id: str, message: InboxMessage) -> None: ...
+
+    def tell(self, run_id: str, message: InboxMessage) -> Tell | None:
+        """The push of ``message`` as books in the same Redis send it on after a give-back (``Books.tells``);
+        ``None`` for an inbox they cannot reach."""
+        return None
 
     @abstractmethod
     def pop(self, run_id: str, timeout: float) -> InboxMessage | None:
@@ -161,12 +167,15 @@ return items
         return INBOX_KEY + run_id, INBOX_KEY + run_id + TAKEN_SUFFIX
 
     def push(self, run_id: str, message: InboxMessage) -> None:
-        key = INBOX_KEY + run_id
+        push = self.tell(run_id, message)
         pipe = self.redis.pipeline(transaction=False)
-        text = json.dumps(message.to_wire())
-        pipe.rpush(key, text if self.signer is None else self.signer.seal(run_id, text))
-        pipe.expire(key, self.TTL_S)
+        pipe.rpush(push.key, push.text)
+        pipe.expire(push.key, push.ttl_s)
         pipe.execute()
+
+    def tell(self, run_id: str, message: InboxMessage) -> Tell:
+        text = json.dumps(message.to_wire())
+        return Tell(INBOX_KEY + run_id, text if self.signer is None else self.signer.seal(run_id, text), self.TTL_S)
 
     def wake(self, run_id: str) -> None:
         now = time.monotonic()

@@ -39,6 +39,19 @@ class Events(ABC):
         except Exception:  # an event is never worth failing a run for
             log.warning("could not publish %s event", kind, exc_info=True)
 
+    def publish_all(self, kind: str, each: list[dict[str, Any]]) -> None:
+        """Publish one ``kind`` event with each of the field sets ``each``, in order (one round trip on Redis)."""
+        now = time.time()
+        events = [{"event": kind, "at": now, **fields} for fields in each]
+        try:
+            self._send_all(events)
+        except Exception:  # an event is never worth failing a run for
+            log.warning("could not publish %d %s event(s)", len(events), kind, exc_info=True)
+
+    def _send_all(self, events: list[dict[str, Any]]) -> None:
+        for event in events:
+            self._send(event)
+
     def tell(self, kind: str, **fields: Any) -> Tell | None:
         """The event as books in the same Redis publish it after a start (``Books.tells``); ``None`` for
         events they cannot reach."""
@@ -88,6 +101,15 @@ class RedisEvents(Events):
 
     def _send(self, event: dict[str, Any]) -> None:
         self.redis.publish(EVENTS_CHANNEL, json.dumps(event))
+
+    def _send_all(self, events: list[dict[str, Any]]) -> None:
+        if len(events) == 1:
+            self._send(events[0])
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for event in events:
+            pipe.publish(EVENTS_CHANNEL, json.dumps(event))
+        pipe.execute()
 
     def tell(self, kind: str, **fields: Any) -> Tell:
         return Tell(EVENTS_CHANNEL, json.dumps({"event": kind, "at": time.time(), **fields}))

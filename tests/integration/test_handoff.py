@@ -1,4 +1,5 @@
-"""A worker's start and end of a call on Redis: one round trip each, in the order the driver relies on."""
+"""A worker's start and end of a call on Redis: one round trip each, in the order the driver relies on; and a
+driver's batch of events, one round trip too."""
 
 from __future__ import annotations
 
@@ -147,3 +148,15 @@ def test_a_push_without_a_ttl_keeps_the_list_and_its_expiry(runtime: Runtime) ->
     runtime.placer.release(grant, Tell("some-list", "second"))
     assert runtime.redis.lrange("some-list", 0, -1) == [b"first", b"second"]
     assert runtime.redis.ttl("some-list") == -1  # no expiry set, none taken away
+
+
+def test_a_batch_of_node_finished_events_goes_out_in_one_round_trip_in_order(
+        runtime: Runtime, sent: list[str]) -> None:
+    assert runtime.redis is not None
+    with EventStream(runtime.redis) as events:
+        runtime.redis.ping()  # the subscription took the client's connection: make the next one first
+        sent.clear()
+        runtime.events.publish_all("node_finished", [{"run_id": "r", "node": f"n{i}"} for i in range(5)])
+        assert sent == ["PUBLISH"]  # the pipeline's five go in one send
+        heard = [events.next(5) for _ in range(5)]
+    assert [(event["event"], event["node"]) for event in heard if event] == [("node_finished", f"n{i}") for i in range(5)]

@@ -7,16 +7,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from operator import attrgetter
 
-from fluksio.placement.backend import (
-    ANY_CHANGE,
-    TURN,
-    Books,
-    Change,
-    MachinesChanged,
-    MachineView,
-    Tell,
-    WaitingCall,
-)
+from fluksio.placement.backend import ANY_CHANGE, TURN, Books, Change, MachinesChanged, MachineView, Tell, WaitingCall
 from fluksio.placement.books import MachineBooks
 from fluksio.placement.turns import (
     Ask,

@@ -50,16 +50,7 @@ from fluksio.constants import (
 )
 from fluksio.placement import redis_claim
 from fluksio.placement import redis_scripts as scripts
-from fluksio.placement.backend import (
-    ANY_CHANGE,
-    TURN,
-    Books,
-    Change,
-    MachinesChanged,
-    MachineView,
-    Tell,
-    WaitingCall,
-)
+from fluksio.placement.backend import ANY_CHANGE, TURN, Books, Change, MachinesChanged, MachineView, Tell, WaitingCall
 from fluksio.placement.turns import Ask, Refusal, Why, order_key
 from fluksio.schemas import Grant, Inventory, Resources
 

@@ -31,18 +31,19 @@ Callback = Callable[[dict[str, Any]], None]
 Unsubscribe = Callable[[], None]
 
 
+def event_of(kind: str, fields: dict[str, Any], at: float | None = None) -> dict[str, Any]:
+    """An event as it is published: its kind, when (now, unless ``at``), and its fields."""
+    return {"event": kind, "at": time.time() if at is None else at, **fields}
+
+
 class Events(ABC):
     def publish(self, kind: str, **fields: Any) -> None:
-        event = {"event": kind, "at": time.time(), **fields}
-        try:
-            self._send(event)
-        except Exception:  # an event is never worth failing a run for
-            log.warning("could not publish %s event", kind, exc_info=True)
+        self.publish_all(kind, [fields])
 
     def publish_all(self, kind: str, each: list[dict[str, Any]]) -> None:
         """Publish one ``kind`` event with each of the field sets ``each``, in order (one round trip on Redis)."""
         now = time.time()
-        events = [{"event": kind, "at": now, **fields} for fields in each]
+        events = [event_of(kind, fields, now) for fields in each]
         try:
             self._send_all(events)
         except Exception:  # an event is never worth failing a run for
@@ -112,7 +113,7 @@ class RedisEvents(Events):
         pipe.execute()
 
     def tell(self, kind: str, **fields: Any) -> Tell:
-        return Tell(EVENTS_CHANNEL, json.dumps({"event": kind, "at": time.time(), **fields}))
+        return Tell(EVENTS_CHANNEL, json.dumps(event_of(kind, fields)))
 
     def stream(self) -> EventStream:
         """A subscription that starts now (events published before this call are not seen)."""

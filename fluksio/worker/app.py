@@ -7,7 +7,7 @@ from typing import Any
 from celery import Celery
 
 from fluksio.constants import DRIVE_TASK, DRIVERS_QUEUE
-from fluksio.driver.task import register_drive_task
+from fluksio.driver.task import CallSenders, register_drive_task
 from fluksio.execution.interrupt import interrupt
 from fluksio.execution.isolated import run_in_child
 from fluksio.execution.task import register_call_task
@@ -61,9 +61,16 @@ def create_app(settings: Settings, runtime: Runtime, *, start_on_gpus: StartOnGp
     app.fluksio_runtime = runtime  # type: ignore[attr-defined]
     if runtime.hand_over is None:  # every app of one runtime talks to the same broker: the first one will do
         runtime.hand_over = lambda run_id, flow: send_drive(app, run_id, flow)
-    register_drive_task(app, interrupt_local=interrupt if settings.embedded else None)
+    # Kept for the app's lifetime: close_app closes them.
+    app.fluksio_senders = CallSenders(app, keep=settings.driver_concurrency)  # type: ignore[attr-defined]
+    register_drive_task(app, app.fluksio_senders, interrupt_local=interrupt if settings.embedded else None)
     register_call_task(app, start_on_gpus)
     return app
+
+
+def close_app(app: Celery) -> None:
+    """Release what an app of :func:`create_app` keeps open between tasks once its worker stopped."""
+    app.fluksio_senders.close()  # type: ignore[attr-defined]
 
 
 def send_drive(app: Celery, run_id: str, flow: str) -> None:

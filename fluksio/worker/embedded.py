@@ -32,7 +32,7 @@ from kombu.transport import memory, virtual
 from fluksio.constants import DRIVERS_QUEUE
 from fluksio.routing import node_queues
 from fluksio.runs.runtime import Runtime
-from fluksio.worker.app import create_app
+from fluksio.worker.app import close_app, create_app
 
 log = logging.getLogger(__name__)
 
@@ -279,6 +279,7 @@ class EmbeddedWorkers:
                 controller.stop(in_sighandler=False)
             except Exception:  # a worker that failed to start has nothing to stop
                 log.debug("stopping an embedded worker failed", exc_info=True)
-        for _controller, thread in self._controllers:
+        for controller, thread in self._controllers:
             thread.join(STOP_TIMEOUT_S)
+            close_app(controller.app)
         self._controllers.clear()

@@ -28,7 +28,7 @@ from fluksio.runs.runtime import Runtime
 from fluksio.schemas import Inventory
 from fluksio.settings import Settings, require_redis_broker
 from fluksio.triggers.alerts import attach_alerts, load_alert_rules
-from fluksio.worker.app import create_app, start_sweeper
+from fluksio.worker.app import close_app, create_app, start_sweeper
 from fluksio.worker.heartbeat import Heartbeat
 from fluksio.worker.idle import IdleExit, celery_busy, grants_held
 from fluksio.worker.signing import introduce
@@ -170,6 +170,7 @@ def run_driver_worker(settings: Settings, name: str, loglevel: str, with_beat: b
         if runtime.provisioner is not None:
             # Machines this process asked for and that never came are not left waiting in the queue.
             runtime.provisioner.shutdown()
+        close_app(app)
         runtime.close()
     sys.exit(code or 0)
 

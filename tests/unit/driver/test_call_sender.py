@@ -1,5 +1,6 @@
 """The driver's CallSender on Celery's in-process memory:// transport: the message Celery workers expect,
-each queue declared once per channel (and again when the first try to send failed)."""
+each queue declared once per channel (and again when the first try to send failed), and the senders kept
+between drives."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from kombu import Connection
 from kombu.messaging import Producer
 
 from fluksio.constants import CALL_TASK
-from fluksio.driver.task import CallSender
+from fluksio.driver.task import CallSender, CallSenders
 from fluksio.messages import NodeCall
 from fluksio.schemas import Grant
 
@@ -83,3 +84,52 @@ def test_a_queue_whose_first_send_failed_is_declared_again_with_the_next(app, de
     sender.send(call(2), queue, "flow.n2")
     assert declared == [queue]  # declared with the first message that went out, then not again
     sender.close()
+
+
+def test_a_sender_is_kept_for_the_next_drive_and_sends_with_that_drives_id(app) -> None:
+    senders = CallSenders(app, keep=2)
+    queue = f"default@sender-{uuid.uuid4().hex[:8]}"
+    with senders.lend("drive-1") as first:
+        first.send(call(0), queue, "flow.n0")
+    with senders.lend("drive-2") as second:
+        second.send(call(1), queue, "flow.n1")
+    assert second is first  # the same connection and channel: the queue is not declared again
+    with Connection("memory://") as connection:
+        simple = connection.SimpleQueue(queue)
+        parents = [simple.get(timeout=1).headers["parent_id"] for _ in range(2)]
+        simple.close()
+    assert parents == ["drive-1", "drive-2"]
+    senders.close()
+
+
+def test_drives_at_once_each_get_their_own_sender_and_at_most_keep_stay_open(app, monkeypatch) -> None:
+    closed: list[CallSender] = []
+    monkeypatch.setattr(CallSender, "close", lambda self: closed.append(self))
+    senders = CallSenders(app, keep=1)
+    with senders.lend("a") as a, senders.lend("b") as b:
+        assert a is not b
+    assert closed == [a]  # b went back first and is kept; a found no room
+    with senders.lend("c") as c:
+        assert c is b
+    senders.close()
+    assert closed == [a, b]
+
+
+def test_a_sender_whose_drive_raised_is_closed_not_kept(app, monkeypatch) -> None:
+    closed: list[CallSender] = []
+    monkeypatch.setattr(CallSender, "close", lambda self: closed.append(self))
+    senders = CallSenders(app, keep=4)
+    with pytest.raises(ConnectionError), senders.lend("a") as broken:
+        raise ConnectionError("broker went away")
+    assert closed == [broken]
+    with senders.lend("b") as fresh:
+        assert fresh is not broken
+
+
+def test_a_sender_given_back_after_close_is_closed(app, monkeypatch) -> None:
+    closed: list[CallSender] = []
+    monkeypatch.setattr(CallSender, "close", lambda self: closed.append(self))
+    senders = CallSenders(app, keep=4)
+    with senders.lend("a") as lent:
+        senders.close()  # the worker stops while a drive still sends
+    assert closed == [lent]

@@ -6,7 +6,7 @@ from collections.abc import Collection
 from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.exc import IntegrityError
 
@@ -55,16 +55,21 @@ def transition_once(db: Database, run_id: str, target: RunStatus, epoch: int | N
     Returns whether this call made the change (``False``: someone else got there first). One try: see
     :func:`transition` for the one that waits out an outage.
     """
-    with db.write() as session:
-        result = session.execute(
-            update(Run)
-            .where(Run.id == run_id, Run.status.in_(allowed_from(target)), *_mine(epoch))
-            .values(status=target.value, **values)
-        )
-        return _rowcount(result) == 1
+    with db.write_connection() as connection:
+        return _transition(connection, run_id, target, epoch, values)
 
 
 transition = retried(transition_once)
+
+
+def _transition(connection: Connection, run_id: str, target: RunStatus, epoch: int | None,
+                values: dict[str, Any]) -> bool:
+    # In Core: the same UPDATE through an ORM session cost 1.8× as much CPU (measured on PostgreSQL).
+    return connection.execute(
+        update(Run)
+        .where(Run.id == run_id, Run.status.in_(allowed_from(target)), *_mine(epoch))
+        .values(status=target.value, **values)
+    ).rowcount == 1
 
 
 @retried
@@ -75,8 +80,8 @@ def claim(db: Database, run_id: str, code_digest: str | None) -> int | None:
     resumed by someone else, a driver that lost it can no longer write to it.
     """
     now = utcnow()
-    with db.write() as session:
-        return session.scalar(
+    with db.write_connection() as connection:
+        return connection.scalar(
             update(Run)
             .where(Run.id == run_id, Run.status == RunStatus.QUEUED.value, Run.cancel_requested.is_(False))
             .values(status=RunStatus.RUNNING.value, started_at=now, lease_at=now, code_digest=code_digest,
@@ -93,12 +98,12 @@ def _mine(epoch: int | None) -> list[Any]:
 @retried
 def refresh_lease(db: Database, run_id: str, epoch: int | None = None) -> tuple[bool, bool]:
     """Extend the lease. Returns (still ours: ``running`` in our epoch; a cancel was requested)."""
-    with db.write() as session:
-        held = _rowcount(session.execute(
+    with db.write_connection() as connection:
+        held = connection.execute(
             update(Run).where(Run.id == run_id, Run.status == RunStatus.RUNNING.value, *_mine(epoch))
             .values(lease_at=utcnow())
-        )) == 1
-        return held, bool(session.scalar(select(Run.cancel_requested).where(Run.id == run_id)))
+        ).rowcount == 1
+        return held, bool(connection.scalar(select(Run.cancel_requested).where(Run.id == run_id)))
 
 
 def abandon_stale_once(db: Database, stale_after_s: float, spare: Collection[str] = ()) -> list[str]:
@@ -229,19 +234,20 @@ def resume(db: Database, run_id: str) -> RunStatus:
 
 @retried
 def set_reason(db: Database, run_id: str, reason: str | None, epoch: int | None = None) -> None:
-    with db.write() as session:
-        session.execute(update(Run).where(Run.id == run_id, *_mine(epoch)).values(status_reason=reason))
+    with db.write_connection() as connection:
+        connection.execute(update(Run).where(Run.id == run_id, *_mine(epoch)).values(status_reason=reason))
 
 
 @retried
 def finish(db: Database, run_id: str, status: RunStatus, reason: str | None, result: dict[str, Any] | None,
            epoch: int | None = None) -> bool:
-    with db.read() as session:
-        started = session.scalar(select(Run.started_at).where(Run.id == run_id))
-    now = utcnow()
-    duration = int((now - started).total_seconds() * 1000) if started else None
-    return transition_once(db, run_id, status, epoch, status_reason=reason, result=result, finished_at=now,
-                           duration_ms=duration, park_state=None)
+    with db.write_connection() as connection:  # one transaction: a read and then a write cost 1.3× as much
+        started = connection.scalar(select(Run.started_at).where(Run.id == run_id))
+        now = utcnow()
+        duration = int((now - started).total_seconds() * 1000) if started else None
+        return _transition(connection, run_id, status, epoch, {
+            "status_reason": reason, "result": result, "finished_at": now, "duration_ms": duration,
+            "park_state": None})
 
 
 @retried

@@ -20,6 +20,8 @@ from fluksio.store import runs as run_rows
 def missing_labels(runtime: Runtime, flow: Flow) -> list[str]:
     """Labels that ``require`` nodes ask for and no live machine carries."""
     wanted = {n.device for n in flow.nodes.values() if n.device and n.device_policy is DevicePolicy.REQUIRE}
+    if not wanted:
+        return []  # most flows: nothing to look up (reading the machines was a round trip per run)
     carried = {label for m in runtime.placer.machines() for label in (m.name, *m.labels)}
     return sorted(wanted - carried)
 

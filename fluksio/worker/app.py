@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from celery import Celery
 
@@ -46,6 +47,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # With FLUKSIO_SIGNING_*: tasks (and control commands) signed, and only signed ones accepted.
         **signing_config(settings),
     }
+    if settings.broker_url and urlsplit(settings.broker_url).scheme in ("redis", "rediss"):
+        # kombu's Redis transport, with a client kept per channel (fluksio/runs/transport.py); named by its
+        # path, so that the embedded default never imports redis-py.
+        config["broker_transport"] = "fluksio.runs.transport:Transport"
     if settings.result_backend:
         config["result_backend"] = verified_redis_url(settings.result_backend)
     return config

@@ -9,8 +9,8 @@ worker's bookkeeping and its acknowledgement), about 7 % of a driver process's C
 (``benchmarks/many_runs.py``). A client of redis-py is safe to share between threads, so a channel keeps
 one, and makes it again when kombu replaces the channel's pool (after a fork, or on close).
 
-Celery uses this transport for ``redis://`` and ``rediss://`` brokers (``fluksio/worker/app.py``); the
-URL, its TLS options and every other setting are read as kombu reads them.
+fluksio's apps use this transport for ``redis://`` and ``rediss://`` brokers (``BrokerConnection`` in
+``fluksio/worker/app.py``); the URL, its TLS options and every other setting are read as kombu reads them.
 """
 
 from __future__ import annotations

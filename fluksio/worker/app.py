@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from celery import Celery
+from celery.app.amqp import AMQP
+from kombu import Connection
 
 from fluksio.constants import DRIVE_TASK, DRIVERS_QUEUE
 from fluksio.driver.task import CallSenders, register_drive_task
@@ -47,20 +48,38 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # With FLUKSIO_SIGNING_*: tasks (and control commands) signed, and only signed ones accepted.
         **signing_config(settings),
     }
-    if settings.broker_url and urlsplit(settings.broker_url).scheme in ("redis", "rediss"):
-        # kombu's Redis transport, with a client kept per channel (fluksio/runs/transport.py); named by its
-        # path, so that the embedded default never imports redis-py.
-        config["broker_transport"] = "fluksio.runs.transport:Transport"
     if settings.result_backend:
         config["result_backend"] = verified_redis_url(settings.result_backend)
     return config
+
+
+class BrokerConnection(Connection):
+    """kombu's connection, on fluksio's Redis transport for ``redis://`` and ``rediss://`` brokers: one Redis
+    client per channel (fluksio/runs/transport.py). Chosen here rather than by Celery's ``broker_transport``,
+    so that the URL kombu shows (Celery's banner, Flower's broker page) still names its scheme."""
+
+    def get_transport_cls(self) -> Any:
+        if self.transport_cls in ("redis", "rediss"):
+            from fluksio.runs.transport import Transport  # here: the embedded default never imports redis-py
+
+            return Transport
+        return super().get_transport_cls()
+
+
+class BrokerAMQP(AMQP):
+    Connection = BrokerConnection
+
+
+def new_app() -> Celery:
+    """An empty app that talks to brokers as fluksio's processes do."""
+    return Celery("fluksio", set_as_current=False, amqp=BrokerAMQP)
 
 
 def create_app(settings: Settings, runtime: Runtime, *, start_on_gpus: StartOnGpus = run_in_child,
                **overrides: Any) -> Celery:
     """An app with fluksio's two tasks registered, bound to ``runtime``; ``start_on_gpus`` starts the calls
     granted GPUs (a node worker with GPUs forks them warm: fluksio/execution/warm.py)."""
-    app = Celery("fluksio", set_as_current=False)
+    app = new_app()
     app.conf.update(celery_config(settings), **overrides)
     secure(app, settings)
     app.fluksio_runtime = runtime  # type: ignore[attr-defined]

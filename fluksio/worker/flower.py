@@ -14,7 +14,7 @@ from celery import Celery
 
 from fluksio.errors import ConfigError
 from fluksio.settings import Settings
-from fluksio.worker.app import celery_config
+from fluksio.worker.app import celery_config, new_app
 from fluksio.worker.signing import secure
 
 #: The run id, node and attempt in the kwargs repr of a node call (``{'call': {'call_id': …, 'run_id': …}}``).
@@ -28,7 +28,7 @@ def flower_app(settings: Settings) -> Celery:
             "fluksio flower watches a shared broker, and none is configured: the embedded default's tasks live "
             "inside the process that runs them. Set FLUKSIO_BROKER_URL (e.g. redis://127.0.0.1:6379/0) to the "
             "broker your `fluksio worker`s use")
-    app = Celery("fluksio", set_as_current=False)
+    app = new_app()
     app.conf.update(celery_config(settings))
     secure(app, settings)  # Flower's control commands (enable_events, revoke …) are signed like any task
     return app

@@ -54,7 +54,7 @@ class RunHandle:
 
     @property
     def status(self) -> RunStatus:
-        return RunStatus(run_rows.get_run(self._client.runtime.db, self.id).status)
+        return run_rows.run_status(self._client.runtime.db, self.id)
 
     def wait(self, timeout: float | None = None) -> RunRecord:
         """Block until the run ends; :class:`TimeoutError` after ``timeout`` seconds.
@@ -66,10 +66,11 @@ class RunHandle:
         pause = WAIT_FIRST_S
         with self._client.runtime.ends.watch(self.id) as ended:
             while True:
-                if self.status.is_terminal():
+                status = self.status
+                if status.is_terminal():
                     return self._client.get(self.id)
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise TimeoutError(f"run {self.id} is still {self.status.value} after {timeout:g} s")
+                    raise TimeoutError(f"run {self.id} is still {status.value} after {timeout:g} s")
                 if ended.wait(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))):
                     ended.clear()  # the row says what ended it (a resumed run is waited for again)
                 pause = min(pause * 2, WAIT_MAX_S)

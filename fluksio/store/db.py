@@ -145,8 +145,8 @@ class Database:
         # A read on PostgreSQL in autocommit: no BEGIN and ROLLBACK around it (two more round trips). At
         # READ COMMITTED, PostgreSQL's default, each statement takes its own snapshot within a transaction
         # too, so a read session sees what it saw before.
-        reads = self.engine if self.is_sqlite else self.engine.execution_options(isolation_level="AUTOCOMMIT")
-        self._read = sessionmaker(reads, expire_on_commit=False)
+        self._reads = self.engine if self.is_sqlite else self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._read = sessionmaker(self._reads, expire_on_commit=False)
         self._write = sessionmaker(self.write_engine, expire_on_commit=False)
 
     def _connect_args(self) -> dict[str, Any]:
@@ -192,6 +192,12 @@ class Database:
     def read(self) -> Iterator[Session]:
         with self._read() as session:
             yield session
+
+    @contextmanager
+    def read_connection(self) -> Iterator[Connection]:
+        """A Core connection for a plain read on a hot path (on PostgreSQL in autocommit, as sessions read)."""
+        with self._reads.connect() as connection:
+            yield connection
 
     @contextmanager
     def write(self) -> Iterator[Session]:

@@ -13,15 +13,17 @@ from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
 from fluksio.store.metrics import read_metrics, upsert_metrics
 from fluksio.store.models import Base, Run, RunArtifact, RunNode
-from fluksio.store.nodes import artifact_values, artifacts_of, node_values, record_nodes
+from fluksio.store.nodes import NodeRow, artifact_values, artifacts_of, node_values, record_nodes
 from fluksio.store.runs import (
     claim,
     finish,
     get_run,
     insert_run,
+    load_record,
     node_rows,
     refresh_lease,
     request_cancel,
+    run_status,
     transition,
     utcnow,
 )
@@ -233,6 +235,33 @@ def test_get_run_prefix_is_matched_literally(db):
     new_run(db, run_id="01AAAAAAAAAAAAAAAAAAAAAAAA")
     with pytest.raises(RunNotFound):
         get_run(db, "____")
+
+
+def test_a_new_run_row_takes_the_defaults_of_the_columns_it_was_not_given(db):
+    run = new_run(db)
+    stored = get_run(db, run.id)
+    assert (stored.resume_count, stored.priority, stored.no_cache, stored.cancel_requested) == (0, 0, False, False)
+    assert stored.params == {"lr": 0.1} and stored.status == "queued" and stored.created_at == run.created_at
+
+
+def test_run_status_reads_the_status_of_an_exact_id(db):
+    run = new_run(db)
+    assert run_status(db, run.id) is RunStatus.QUEUED
+    claim(db, run.id, "sha256:code")
+    assert run_status(db, run.id) is RunStatus.RUNNING
+    with pytest.raises(RunNotFound, match="fluksio runs"):
+        run_status(db, run.id[:8])  # a waiting handle always holds the whole id; prefixes are get_run's
+
+
+def test_load_record_finds_a_run_by_prefix_with_its_node_rows_in_order(db):
+    run = new_run(db)
+    claim(db, run.id, "sha256:code")
+    record_nodes(db, [NodeRow(run_id=run.id, node="b", status="ok"),
+                      NodeRow(run_id=run.id, node="a", status="error", error="boom")])
+    record = load_record(db, run.id[:10])
+    assert record.id == run.id and [(n.node, n.status.value) for n in record.nodes] == [("b", "ok"), ("a", "error")]
+    with pytest.raises(RunNotFound):
+        load_record(db, "ZZZZZZZZ")
 
 
 def test_run_ids_are_ulids_that_sort_by_creation():

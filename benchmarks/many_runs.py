@@ -13,7 +13,9 @@ processes each (database 1). Then, alternating (``--repeat`` times, after one sm
 * raw Celery: ``chain(noop.s() × nodes).apply_async()`` of every chain back to back, then ``get()`` on each
   chain's last result; a chain's finish is that result's ``date_done``.
 
-Runs per second = runs / (last finish − first submit). With ``--profile SECONDS``, py-spy samples the first
+Runs per second = runs / (last finish − first submit). Each side's CPU per run, in all and by part (node
+workers, the client, Redis, fluksio's drivers and run store), is reported too: a sweep keeps the 2 cpus busy,
+so a rate's ratio follows the ratio of what a run costs. With ``--profile SECONDS``, py-spy samples the first
 driver process (``--gil``: where its CPU goes) and the second (``--idle``: where its threads wait) during the
 first fluksio sweep, and prints fluksio's functions by share (benchmarks/profile_hot_path.py reads them); the
 collapsed stacks are kept in ``--profile-out``.
@@ -109,13 +111,18 @@ def cpu_seconds(processes: harness.Processes) -> dict[str, float]:
     return used
 
 
-def cpu_note(before: dict[str, float], after: dict[str, float], wall_s: float) -> str:
-    """``drivers 12.1 s, nodes 8.0 s …``: who used the CPU between two readings, busiest first."""
-    spent = {name: after[name] - before.get(name, 0.0) for name in after}
+def cpu_by_group(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds used between two readings by each group of processes (``drivers1`` and ``drivers2`` are
+    ``drivers``; ``celery1`` and ``celery2``, raw Celery's workers, are ``celery``)."""
     groups: dict[str, float] = {}
-    for name, seconds in spent.items():
+    for name in after:
         group = name.rstrip("0123456789")
-        groups[group] = groups.get(group, 0.0) + seconds
+        groups[group] = groups.get(group, 0.0) + after[name] - before.get(name, 0.0)
+    return groups
+
+
+def cpu_note(groups: dict[str, float], wall_s: float) -> str:
+    """``drivers 12.1 s, nodes 8.0 s …``: who used the CPU, busiest first."""
     busiest = sorted(((s, g) for g, s in groups.items() if s >= 0.05), reverse=True)
     return f"CPU over {wall_s:.1f} s: " + ", ".join(f"{g} {s:.1f} s" for s, g in busiest)
 
@@ -210,6 +217,8 @@ def measure(runs: int, nodes: int, cpus: int, repeat: int, budget_s: float, prof
     harness.progress(f"PostgreSQL on port {postgres.port}")
     os.environ["BENCH_FLOW_SIZES"] = f"chain={nodes}"  # the client registers the same flows as the workers
     samples: dict[str, list[tuple[float, list[float]]]] = {"fluksio": [], "celery": []}
+    #: Per sweep, each side's CPU seconds by group of processes (what it costs, where the rate is CPU-bound).
+    cpu: dict[str, list[dict[str, float]]] = {"fluksio": [], "celery": []}
     try:
         with tempfile.TemporaryDirectory(prefix="fluksio-bench-many-") as folder:
             workdir = Path(folder)
@@ -243,8 +252,8 @@ def measure(runs: int, nodes: int, cpus: int, repeat: int, budget_s: float, prof
                         before, began = cpu_seconds(processes), time.monotonic()
                         commands, written = redis_calls(server), store_counts(database_url)
                         samples["fluksio"].append(fluksio_sweep(client, flow, runs))
-                        harness.progress("fluksio: " + cpu_note(before, cpu_seconds(processes),
-                                                                time.monotonic() - began))
+                        cpu["fluksio"].append(cpu_by_group(before, cpu_seconds(processes)))
+                        harness.progress("fluksio: " + cpu_note(cpu["fluksio"][-1], time.monotonic() - began))
                         harness.progress("fluksio: " + commands_note(commands, redis_calls(server), runs))
                         time.sleep(1.5)
                         harness.progress("fluksio: " + store_note(written, store_counts(database_url), runs))
@@ -254,8 +263,8 @@ def measure(runs: int, nodes: int, cpus: int, repeat: int, budget_s: float, prof
                         before, began = cpu_seconds(processes), time.monotonic()
                         commands = redis_calls(server)
                         samples["celery"].append(celery_sweep(app, nodes, runs))
-                        harness.progress("raw Celery: " + cpu_note(before, cpu_seconds(processes),
-                                                                   time.monotonic() - began))
+                        cpu["celery"].append(cpu_by_group(before, cpu_seconds(processes)))
+                        harness.progress("raw Celery: " + cpu_note(cpu["celery"][-1], time.monotonic() - began))
                         harness.progress("raw Celery: " + commands_note(commands, redis_calls(server), runs))
                 # Celery's results unsubscribe when collected: let that happen while Redis still answers.
                 gc.collect()
@@ -264,7 +273,38 @@ def measure(runs: int, nodes: int, cpus: int, repeat: int, budget_s: float, prof
                 processes.stop_all()
     finally:
         postgres.stop()
-    return figures(samples, runs, nodes, cpus)
+    return figures(samples, runs, nodes, cpus) + cpu_figures(cpu, runs)
+
+
+#: Each side's processes: during one side's sweep the other's workers idle, and are not counted.
+FLUKSIO_GROUPS = ("drivers", "nodes", "client", "redis", "postgres")
+RAW_GROUPS = ("celery", "client", "redis")
+
+
+def cpu_figures(cpu: dict[str, list[dict[str, float]]], runs: int) -> list[Figure]:
+    """Each side's CPU per run (ms), in all and by part. The sweep keeps a 2-cpu host busy, so the rate
+    follows what a run costs: at a ratio of CPU per run of X, the rate's ratio is about 1 / X."""
+    if not cpu["fluksio"] or not cpu["celery"]:
+        return []
+
+    def per_run(side: str, groups: tuple[str, ...]) -> list[float]:
+        return [1000 * sum(s for g, s in spent.items() if g in groups) / runs for spent in cpu[side]]
+
+    section = "many runs (Redis, PostgreSQL)"
+    whole_f, whole_c = per_run("fluksio", FLUKSIO_GROUPS), per_run("celery", RAW_GROUPS)
+    rows = [Figure(section, "CPU per run, every process", "ms", harness.median(whole_f), harness.median(whole_c),
+                   "raw Celery chains", samples=whole_f, baseline_samples=whole_c,
+                   note=f"the ≥ {TARGET:g}× rate would leave fluksio {harness.median(whole_c) / TARGET:.1f} ms a run")]
+    for label, groups, raw in (("node workers", ("nodes",), ("celery",)), ("the submitting client", ("client",),
+                               ("client",)), ("Redis", ("redis",), ("redis",))):
+        mine, theirs = per_run("fluksio", groups), per_run("celery", raw)
+        rows.append(Figure(section, f"CPU per run, {label}", "ms", harness.median(mine), harness.median(theirs),
+                           "raw Celery chains", samples=mine, baseline_samples=theirs))
+    for label, groups in (("drivers", ("drivers",)), ("the run store (PostgreSQL)", ("postgres",))):
+        mine = per_run("fluksio", groups)
+        rows.append(Figure(section, f"CPU per run, {label}", "ms", harness.median(mine), samples=mine,
+                           note="no counterpart in raw Celery"))
+    return rows
 
 
 def figures(samples: dict[str, list[tuple[float, list[float]]]], runs: int, nodes: int, cpus: int) -> list[Figure]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
@@ -387,7 +387,26 @@ def node_rows(db: Database, run_id: str) -> list[RunNode]:
         return list(session.scalars(select(RunNode).where(RunNode.run_id == run_id).order_by(RunNode.id)))
 
 
-def to_record(run: Run, nodes: list[RunNode]) -> RunRecord:
+#: The columns of a node row that its :class:`NodeRecord` shows: not its outputs (up to 256 kB of JSON a row,
+#: which a record leaves out) nor its cache key.
+RECORD_COLUMNS = (RunNode.node, RunNode.status, RunNode.machine, RunNode.gpus, RunNode.started_at,
+                  RunNode.finished_at, RunNode.duration_ms, RunNode.error, RunNode.logs, RunNode.cached_from,
+                  RunNode.attempt, RunNode.element, RunNode.child_run, RunNode.granted)
+
+
+def node_record(n: Any) -> NodeRecord:
+    """The record of a node row (a ``RunNode``, or a row of :data:`RECORD_COLUMNS`)."""
+    return NodeRecord(
+        node=n.node, status=NodeStatus(n.status), machine=n.machine, gpus=list(n.gpus or []),
+        started_at=n.started_at, finished_at=n.finished_at, duration_ms=n.duration_ms, error=n.error,
+        logs=n.logs, cached_from=n.cached_from, attempt=n.attempt,
+        index=None if n.element is None or n.element < 0 else n.element, child_run=n.child_run,
+        granted=Resources(**n.granted) if n.granted else None,
+    )
+
+
+def to_record(run: Run, nodes: Sequence[Any]) -> RunRecord:
+    """The record of a run and its node rows (``RunNode`` objects, or rows of :data:`RECORD_COLUMNS`)."""
     return RunRecord(
         id=run.id, flow=run.flow, status=RunStatus(run.status), status_reason=run.status_reason,
         params=run.params or {}, seed=run.seed, group_id=run.group_id, result=run.result,
@@ -396,16 +415,7 @@ def to_record(run: Run, nodes: list[RunNode]) -> RunRecord:
         resumed_from=RunStatus(run.resumed_from) if run.resumed_from else None,
         priority=run.priority or 0, parent_id=run.parent_id, parent_node=run.parent_node,
         schedule=run.schedule, schedule_tick=run.schedule_tick,
-        nodes=[
-            NodeRecord(
-                node=n.node, status=NodeStatus(n.status), machine=n.machine, gpus=list(n.gpus or []),
-                started_at=n.started_at, finished_at=n.finished_at, duration_ms=n.duration_ms, error=n.error,
-                logs=n.logs, cached_from=n.cached_from, attempt=n.attempt,
-                index=None if n.element is None or n.element < 0 else n.element, child_run=n.child_run,
-                granted=Resources(**n.granted) if n.granted else None,
-            )
-            for n in nodes
-        ],
+        nodes=[node_record(n) for n in nodes],
     )
 
 
@@ -424,5 +434,5 @@ def load_record(db: Database, run_id: str) -> RunRecord:
     """The run (by id or a unique prefix) with its node rows, read on one connection."""
     with db.read() as session:
         run = _find(session, run_id)
-        nodes = list(session.scalars(select(RunNode).where(RunNode.run_id == run.id).order_by(RunNode.id)))
+        nodes = session.execute(select(*RECORD_COLUMNS).where(RunNode.run_id == run.id).order_by(RunNode.id)).all()
     return to_record(run, nodes)

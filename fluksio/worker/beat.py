@@ -6,6 +6,9 @@ idempotency key lets exactly one of them start each tick's run, so a second beat
 
 from __future__ import annotations
 
+import faulthandler
+import signal
+
 from celery import Celery
 
 from fluksio.runs.broker import wait_for_broker
@@ -17,9 +20,17 @@ from fluksio.worker.service import require_distributed
 
 
 def start_beat(app: Celery, loglevel: str) -> None:
-    """Run Celery beat on ``app`` (which carries its ``fluksio_runtime``) until SIGTERM or SIGINT."""
+    """Run Celery beat on ``app`` (which carries its ``fluksio_runtime``) until SIGTERM or SIGINT.
+
+    SIGUSR1 prints every thread's stack on stderr, as it does for a Celery worker: where a beat that does not
+    stop is stuck, without stopping it.
+    """
     settings = app.fluksio_runtime.settings  # type: ignore[attr-defined]
-    app.Beat(scheduler=TableScheduler, loglevel=loglevel.upper(), max_interval=settings.schedule_refresh_s).run()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    try:
+        app.Beat(scheduler=TableScheduler, loglevel=loglevel.upper(), max_interval=settings.schedule_refresh_s).run()
+    finally:
+        faulthandler.unregister(signal.SIGUSR1)
 
 
 def run_beat(settings: Settings, loglevel: str) -> None:

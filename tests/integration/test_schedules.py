@@ -3,6 +3,7 @@ and alerts sent by that worker's driver process."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -53,7 +54,17 @@ class Beats:
     def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
         process = self.processes.pop(name)
         os.killpg(process.pid, sig)
-        process.wait(15)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            # Where it is stuck: a beat prints every thread's stack on SIGUSR1 (into its log, here).
+            os.kill(process.pid, signal.SIGUSR1)
+            with contextlib.suppress(Exception):
+                wait_for(lambda: "most recent call first" in self.log(name), 5, "its stacks")
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(15)
+            pytest.fail(f"beat {name} did not stop within 15 s of signal {sig}; its log ends:\n"
+                        + self.log(name)[-6000:])
 
     def stop_all(self) -> None:
         for name in list(self.processes):
@@ -186,6 +197,15 @@ def test_catchup_last_fires_once_for_the_newest_tick_missed_while_no_beat_ran(cl
     assert (f"catches up (catchup=last) on 1 tick(s) missed while no beat watched it: {after[0].isoformat()}"
             in beats.log("after"))
     assert consecutive(after, 2)
+
+
+def test_sigusr1_prints_where_a_beat_is_and_it_goes_on(client: Client, beats: Beats) -> None:
+    process = beats.start("stacks")
+    os.kill(process.pid, signal.SIGUSR1)
+    wait_for(lambda: "most recent call first" in beats.log("stacks"), 15, "the beat's stacks in its log")
+    assert "start_beat" in beats.log("stacks") and process.poll() is None
+    beats.stop("stacks")
+    assert process.returncode == 0
 
 
 def test_fluksio_runs_lists_a_schedules_runs(client: Client, beats: Beats, cluster: Cluster) -> None:

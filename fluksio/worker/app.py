@@ -7,6 +7,7 @@ from typing import Any
 from celery import Celery
 from celery.app.amqp import AMQP
 from kombu import Connection
+from kombu.connection import ConnectionPool, PooledConnection
 
 from fluksio.constants import DRIVE_TASK, DRIVERS_QUEUE
 from fluksio.driver.task import CallSenders, register_drive_task
@@ -53,17 +54,36 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     return config
 
 
-class BrokerConnection(Connection):
-    """kombu's connection, on fluksio's Redis transport for ``redis://`` and ``rediss://`` brokers: one Redis
-    client per channel (fluksio/runs/transport.py). Chosen here rather than by Celery's ``broker_transport``,
-    so that the URL kombu shows (Celery's banner, Flower's broker page) still names its scheme."""
-
+class _OnFluksioTransport(Connection):
     def get_transport_cls(self) -> Any:
         if self.transport_cls in ("redis", "rediss"):
             from fluksio.runs.transport import Transport  # here: the embedded default never imports redis-py
 
             return Transport
         return super().get_transport_cls()
+
+
+class BrokerConnection(_OnFluksioTransport):
+    """kombu's connection, on fluksio's Redis transport for ``redis://`` and ``rediss://`` brokers: one Redis
+    client per channel (fluksio/runs/transport.py). Chosen here rather than by Celery's ``broker_transport``,
+    so that the URL kombu shows (Celery's banner, Flower's broker page) still names its scheme.
+
+    Its pool's connections are on that transport too: kombu's pool makes plain ``PooledConnection`` objects, and
+    every message Celery sends through its producer pool (a client's submit, a beat's tick, a driver handing
+    a run over) made a Redis client of its own there.
+    """
+
+    def Pool(self, limit: int | None = None, **kwargs: Any) -> ConnectionPool:  # noqa: N802 - kombu's name
+        return _BrokerConnectionPool(self, limit, **kwargs)
+
+
+class _PooledBrokerConnection(_OnFluksioTransport, PooledConnection):
+    pass
+
+
+class _BrokerConnectionPool(ConnectionPool):
+    def new(self) -> _PooledBrokerConnection:
+        return _PooledBrokerConnection(self, **dict(self.connection._info(resolve=False)))
 
 
 class BrokerAMQP(AMQP):

@@ -14,7 +14,7 @@ from kombu.transport import get_transport_cls
 from fluksio.runs.runtime import Runtime
 from fluksio.runs.transport import Transport
 from fluksio.settings import Settings
-from fluksio.worker.app import create_app, new_app
+from fluksio.worker.app import create_app, new_app, send_drive
 from tests.integration.servers import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -80,6 +80,29 @@ def test_an_installation_on_redis_uses_it_and_still_shows_its_url_as_redis(redis
             assert isinstance(connection.transport, Transport)
             # Celery's banner and Flower's broker page read the URL back from kombu: it names its scheme.
             assert connection.as_uri().startswith("redis://") and "fluksio" not in connection.as_uri()
+    finally:
+        runtime.close()
+
+
+def test_celerys_pooled_connections_send_on_it_too(redis_server: RedisServer, tmp_path: Path,
+                                                   made: list[Any]) -> None:
+    # kombu's connection pool makes connections of its own class: a client's submits (Celery's send_task,
+    # through its producer pool) made a Redis client per message there.
+    settings = Settings(broker_url=redis_server.url, database_url=f"sqlite:///{tmp_path / 'db'}",
+                        artifacts_dir=tmp_path / "artifacts")
+    runtime = Runtime.distributed(settings, machine="box")
+    try:
+        app = create_app(settings, runtime)
+        with app.producer_or_acquire() as producer:
+            assert isinstance(producer.connection.transport, Transport)
+        send_drive(app, "01POOLED0000000000000000000", "pooled")  # the channel's clients are made here
+        before = len(made)
+        for n in range(20):
+            send_drive(app, f"01POOLED{n:018d}", "pooled")
+        assert len(made) - before <= 1  # kombu's own channel made 20
+        probe = redis.Redis.from_url(redis_server.url)
+        assert probe.llen("drivers") == 21
+        probe.close()
     finally:
         runtime.close()
 

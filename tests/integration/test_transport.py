@@ -3,11 +3,13 @@ again when kombu replaces the channel's pool, and messages that go, come and are
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from celery import Celery
 from kombu import Connection
 from kombu.transport import get_transport_cls
 
@@ -69,42 +71,38 @@ def test_messages_sent_taken_and_acknowledged_make_no_client_each(redis_server: 
     probe.close()
 
 
-def test_an_installation_on_redis_uses_it_and_still_shows_its_url_as_redis(redis_server: RedisServer,
-                                                                          tmp_path: Path) -> None:
+@pytest.fixture
+def app(redis_server: RedisServer, tmp_path: Path) -> Iterator[Celery]:
+    """The Celery app of an installation on the test's Redis, as its processes make it."""
     settings = Settings(broker_url=redis_server.url, database_url=f"sqlite:///{tmp_path / 'db'}",
                         artifacts_dir=tmp_path / "artifacts")
     runtime = Runtime.distributed(settings, machine="box")
     try:
-        app = create_app(settings, runtime)
-        with app.connection_for_write() as connection:
-            assert isinstance(connection.transport, Transport)
-            # Celery's banner and Flower's broker page read the URL back from kombu: it names its scheme.
-            assert connection.as_uri().startswith("redis://") and "fluksio" not in connection.as_uri()
+        yield create_app(settings, runtime)
     finally:
         runtime.close()
 
 
-def test_celerys_pooled_connections_send_on_it_too(redis_server: RedisServer, tmp_path: Path,
-                                                   made: list[Any]) -> None:
+def test_an_installation_on_redis_uses_it_and_still_shows_its_url_as_redis(app: Celery) -> None:
+    with app.connection_for_write() as connection:
+        assert isinstance(connection.transport, Transport)
+        # Celery's banner and Flower's broker page read the URL back from kombu: it names its scheme.
+        assert connection.as_uri().startswith("redis://") and "fluksio" not in connection.as_uri()
+
+
+def test_celerys_pooled_connections_send_on_it_too(app: Celery, redis_server: RedisServer, made: list[Any]) -> None:
     # kombu's connection pool makes connections of its own class: a client's submits (Celery's send_task,
     # through its producer pool) made a Redis client per message there.
-    settings = Settings(broker_url=redis_server.url, database_url=f"sqlite:///{tmp_path / 'db'}",
-                        artifacts_dir=tmp_path / "artifacts")
-    runtime = Runtime.distributed(settings, machine="box")
-    try:
-        app = create_app(settings, runtime)
-        with app.producer_or_acquire() as producer:
-            assert isinstance(producer.connection.transport, Transport)
-        send_drive(app, "01POOLED0000000000000000000", "pooled")  # the channel's clients are made here
-        before = len(made)
-        for n in range(20):
-            send_drive(app, f"01POOLED{n:018d}", "pooled")
-        assert len(made) - before <= 1  # kombu's own channel made 20
-        probe = redis.Redis.from_url(redis_server.url)
-        assert probe.llen("drivers") == 21
-        probe.close()
-    finally:
-        runtime.close()
+    with app.producer_or_acquire() as producer:
+        assert isinstance(producer.connection.transport, Transport)
+    send_drive(app, "01POOLED0000000000000000000", "pooled")  # the channel's clients are made here
+    before = len(made)
+    for n in range(20):
+        send_drive(app, f"01POOLED{n:018d}", "pooled")
+    assert len(made) - before <= 1  # kombu's own channel made 20
+    probe = redis.Redis.from_url(redis_server.url)
+    assert probe.llen("drivers") == 21
+    probe.close()
 
 
 def test_other_transports_are_kombus_own() -> None:

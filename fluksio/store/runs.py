@@ -302,7 +302,11 @@ def _find(session: Session, run_id: str) -> Run:
             return matches[0]
         if len(matches) > 1:
             raise RunNotFound(f"run id prefix {run_id!r} is ambiguous; give more characters")
-    raise RunNotFound(f"no run {run_id!r}; `fluksio runs` lists them")
+    raise _no_run(run_id)
+
+
+def _no_run(run_id: str) -> RunNotFound:
+    return RunNotFound(f"no run {run_id!r}; `fluksio runs` lists them")
 
 
 @retried
@@ -425,7 +429,7 @@ def run_status(db: Database, run_id: str) -> RunStatus:
     with db.read_connection() as connection:
         status = connection.execute(select(Run.status).where(Run.id == run_id)).scalar()
     if status is None:
-        raise RunNotFound(f"no run {run_id!r}; `fluksio runs` lists them")
+        raise _no_run(run_id)
     return RunStatus(status)
 
 

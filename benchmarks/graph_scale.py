@@ -58,8 +58,8 @@ def child(shape: str, size: int, end_to_end: bool) -> dict[str, Any]:
     from fluksio import Settings
     from fluksio.driver.drive import drive
     from fluksio.messages import Completion, InboxMessage, NodeCall
-    from fluksio.runs.runtime import Runtime
     from fluksio.runs.submit import submit_run
+    from fluksio.runtime import Runtime
 
     rss_start = _status_kb("VmRSS")
     started = time.perf_counter()

@@ -24,8 +24,8 @@ from fluksio.flows.flow import Flow
 from fluksio.runs import family
 from fluksio.runs.metrics import series_of
 from fluksio.runs.references import output_of
-from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import check_priority, submit_run, validate_params
+from fluksio.runtime import Runtime
 from fluksio.schemas import CatchUp, RunRecord, RunStatus, ScheduleRecord
 from fluksio.settings import Settings, load_settings, redact_url, require_redis_broker
 from fluksio.store import runs as run_rows
@@ -112,7 +112,7 @@ class Client:
             self.app: Celery = self._workers.app
             self._sweeper = start_sweeper(self.app, self.runtime)
         else:
-            from fluksio.runs.broker import check_broker  # the embedded default never loads redis-py
+            from fluksio.broker.connection import check_broker  # the embedded default never loads redis-py
 
             require_redis_broker(settings)
             check_broker(settings)  # at once, not after FLUKSIO_BROKER_OUTAGE_S of retries

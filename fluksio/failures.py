@@ -3,7 +3,7 @@
 Pure wording: these functions look at an exception (and the exceptions it was
 raised from) and say what failed — refused, unknown host, timed out,
 authentication, TLS — and what to check. They open nothing; the callers in
-:mod:`fluksio.runs.contact` and :mod:`fluksio.runs.broker` do. Every message hides the URL's password.
+:mod:`fluksio.store.contact` and :mod:`fluksio.broker.connection` do. Every message hides the URL's password.
 """
 
 from __future__ import annotations

@@ -90,6 +90,14 @@ def unit_of(node: str, index: int | None) -> str:
     return node if index is None else f"{node}[{index}]"
 
 
+def split_unit(unit: str) -> tuple[str, int | None]:
+    """``count[3]`` → ``("count", 3)``; a node's name → ``(name, None)``. (Node names never hold ``[``.)"""
+    if unit.endswith("]"):
+        node, _, index = unit.partition("[")
+        return node, int(index[:-1])
+    return unit, None
+
+
 class NodeStatus(str, Enum):
     OK = "ok"
     ERROR = "error"

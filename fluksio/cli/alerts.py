@@ -10,9 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 from fluksio.cli import render
-from fluksio.runs.contact import open_run_store
 from fluksio.settings import load_settings
 from fluksio.store import alerts as alert_rows
+from fluksio.store.contact import open_run_store
 
 
 @click.group()

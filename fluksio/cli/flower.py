@@ -44,7 +44,7 @@ def flower(port: int, address: str, basic_auth: tuple[str, ...], url_prefix: str
     from fluksio.worker.flower import flower_app, prepare_flower
 
     app = flower_app(settings)
-    from fluksio.runs.contact import check_installation
+    from fluksio.runtime import check_installation
 
     # Broker and run store (the explorer mounted in Flower reads it): an unreachable one is said now, in
     # one line, not by an empty dashboard or a traceback from inside Flower.

@@ -83,7 +83,7 @@ def audit(settings: Settings, ask_broker: bool = True) -> list[Finding]:
 
 
 def signing_findings(settings: Settings, ask_broker: bool) -> list[Finding]:
-    from fluksio.runs.signing import load_signer
+    from fluksio.security.signatures import load_signer
 
     if not settings.signing and settings.embedded:
         return [Finding("signing", INFO, "off (embedded: one process, no broker anyone else can write to)")]
@@ -118,8 +118,8 @@ def _trust_findings(settings: Settings, signer: object) -> list[Finding]:
     """What the signing processes of the installation said of themselves, compared with this one."""
     import redis
 
-    from fluksio.runs import trust
-    from fluksio.runs.signing import Signer
+    from fluksio.security import trust
+    from fluksio.security.signatures import Signer
 
     assert isinstance(signer, Signer)
     try:

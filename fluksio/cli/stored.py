@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from fluksio.runs.contact import open_run_store
 from fluksio.settings import load_settings
+from fluksio.store.contact import open_run_store
 
 #: Bytes copied per step when an artifact streams to a file.
 STREAM_CHUNK = 1 << 20

@@ -9,11 +9,11 @@ from typing import Any
 
 import click
 
+from fluksio.broker.events.redis import EventStream, RedisEvents
 from fluksio.cli import live, render
 from fluksio.cli.connection import open_client
 from fluksio.client import Client
 from fluksio.errors import ConfigError
-from fluksio.runs.events import EventStream, RedisEvents
 from fluksio.schemas import RunRecord, RunStatus
 from fluksio.settings import load_settings
 

@@ -14,11 +14,10 @@ from collections import Counter
 
 from fluksio.driver.rows import ChildEnd, child_row
 from fluksio.driver.state import DriveState
-from fluksio.driver.walk import split_unit
 from fluksio.errors import FluksioError, RunNotFound
 from fluksio.runs import family
 from fluksio.runs.submit import submit_run
-from fluksio.schemas import NodeStatus, RunStatus
+from fluksio.schemas import NodeStatus, RunStatus, split_unit
 from fluksio.store import family as store_family
 from fluksio.store import runs as run_rows
 from fluksio.store.models import Run

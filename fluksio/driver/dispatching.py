@@ -19,13 +19,12 @@ from fluksio.driver.rows import bare_rows, cached_row
 from fluksio.driver.state import DriveState
 from fluksio.driver.waiting import ask_for_machine
 from fluksio.driver.waitlists import RequestKind, kind_of
-from fluksio.driver.walk import split_unit
 from fluksio.errors import PlacementError
 from fluksio.messages import NodeCall
 from fluksio.placement.placer import Request, Waiting
 from fluksio.placement.turns import Why
 from fluksio.routing import queue_for
-from fluksio.schemas import Grant, NodeStatus
+from fluksio.schemas import Grant, NodeStatus, split_unit
 from fluksio.store import runs as run_rows
 
 log = logging.getLogger(__name__)

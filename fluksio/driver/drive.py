@@ -16,7 +16,7 @@ from fluksio.driver.state import Dispatch, Revoke
 from fluksio.driver.verdict import End
 from fluksio.driver.waiting import missing_labels, wait_for_labels
 from fluksio.errors import FluksioError, RunNotFound
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.schemas import RunStatus
 from fluksio.store import family as store_family
 from fluksio.store import runs as run_rows

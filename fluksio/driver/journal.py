@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from fluksio.runs.events import Events
+from fluksio.broker.events.base import Events
 from fluksio.store.db import Database
 from fluksio.store.nodes import ArtifactRow, NodeRow, record_nodes
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from fluksio.driver.caching import NodeCache
+from fluksio.cache.node_cache import NodeCache
 from fluksio.driver.children import ChildRuns
 from fluksio.driver.dispatching import Dispatcher
 from fluksio.driver.journal import Journal
@@ -22,7 +22,7 @@ from fluksio.driver.waitlists import QUIET_S, WaitLists
 from fluksio.driver.walk import Walk
 from fluksio.flows.flow import Flow
 from fluksio.messages import Cancel, ChildEnded, Completion, InboxMessage
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.schemas import RunStatus
 from fluksio.settings import redact_url
 from fluksio.store import family as store_family

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from fluksio.driver.walk import Ended, split_unit
+from fluksio.cache.keys import CacheHit, cacheable
+from fluksio.driver.walk import Ended
 from fluksio.messages import Completion
-from fluksio.runs.cache_key import CacheHit, cacheable
-from fluksio.schemas import Grant, NodeStatus, RunStatus
+from fluksio.schemas import Grant, NodeStatus, RunStatus, split_unit
 from fluksio.store.rows import ArtifactRow, NodeRow
 
 

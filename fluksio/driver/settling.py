@@ -17,9 +17,8 @@ from fluksio.driver.retrying import Retry, plan_retry
 from fluksio.driver.rows import bare_rows, completion_rows, unreported
 from fluksio.driver.state import DriveState
 from fluksio.driver.verdict import End
-from fluksio.driver.walk import split_unit
 from fluksio.messages import Completion
-from fluksio.schemas import Grant, NodeStatus
+from fluksio.schemas import Grant, NodeStatus, split_unit
 from fluksio.settings import redact_url
 from fluksio.store import runs as run_rows
 

@@ -10,17 +10,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from fluksio.driver.caching import NodeCache
+from fluksio.cache.node_cache import NodeCache
 from fluksio.driver.inflight import CallsInFlight
 from fluksio.driver.journal import Journal
 from fluksio.driver.rows import ended_row
 from fluksio.driver.verdict import End
 from fluksio.driver.waitlists import WaitLists
-from fluksio.driver.walk import Walk, split_unit
+from fluksio.driver.walk import Walk
 from fluksio.flows.flow import Flow
 from fluksio.messages import NodeCall, call_id
-from fluksio.runs.runtime import Runtime
-from fluksio.schemas import Resources
+from fluksio.runtime import Runtime
+from fluksio.schemas import Resources, split_unit
 
 #: ``dispatch(call, queue, display_name)`` sends one node call to a worker queue.
 Dispatch = Callable[[NodeCall, str, str], None]

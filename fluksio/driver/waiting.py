@@ -12,7 +12,7 @@ import time
 from fluksio.errors import FluksioError
 from fluksio.flows.flow import Flow
 from fluksio.placement.clamp import clamp
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.schemas import DevicePolicy, Resources, RunStatus
 from fluksio.store import runs as run_rows
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 
-from fluksio.driver.walk import split_unit
 from fluksio.flows.node import NodeSpec
-from fluksio.schemas import DevicePolicy, Resources
+from fluksio.schemas import DevicePolicy, Resources, split_unit
 
 #: What makes two calls interchangeable to the placer: what they ask for, where, and from which pool.
 RequestKind = tuple[Resources, str | None, DevicePolicy, str | None]

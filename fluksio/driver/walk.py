@@ -27,7 +27,7 @@ from enum import Enum
 from typing import Any
 
 from fluksio.flows.flow import Flow
-from fluksio.schemas import NodeStatus, unit_of
+from fluksio.schemas import NodeStatus, split_unit, unit_of
 
 #: The longest list (product of lists) a mapped node maps over unless the settings say otherwise.
 MAX_ELEMENTS = 100_000
@@ -51,14 +51,6 @@ ROW_STATUS: dict[NodeState, NodeStatus] = {
     NodeState.DONE: NodeStatus.OK, NodeState.FAILED: NodeStatus.ERROR,
     NodeState.SKIPPED: NodeStatus.SKIPPED, NodeState.CANCELLED: NodeStatus.CANCELLED,
 }
-
-
-def split_unit(unit: str) -> tuple[str, int | None]:
-    """``count[3]`` → ``("count", 3)``; a node's name → ``(name, None)``. (Node names never hold ``[``.)"""
-    if unit.endswith("]"):
-        node, _, index = unit.partition("[")
-        return node, int(index[:-1])
-    return unit, None
 
 
 @dataclass(frozen=True, slots=True)

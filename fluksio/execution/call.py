@@ -24,7 +24,7 @@ from fluksio.errors import (
     NodeFailed,
     StoreUnavailable,
 )
-from fluksio.execution import interrupt
+from fluksio.execution import handoff, interrupt
 from fluksio.execution.capture import capture_output
 from fluksio.execution.emitter import Emitter
 from fluksio.execution.isolated import run_in_child
@@ -39,8 +39,7 @@ from fluksio.flows.node import NodeSpec, error_types
 from fluksio.flows.secret import NAME as SECRET_NAME
 from fluksio.flows.source import short
 from fluksio.messages import Completion, MadeArtifact, NodeCall
-from fluksio.runs import handoff
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.store.runs import call_refusal
 
 log = logging.getLogger(__name__)

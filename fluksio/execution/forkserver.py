@@ -49,7 +49,7 @@ from fluksio.execution.cuda import cuda_in_use
 from fluksio.execution.isolated import die_with_parent, run_reported
 from fluksio.flows.registry import FlowRegistry
 from fluksio.messages import NodeCall
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.settings import Settings, load_settings
 
 #: A request's length prefix: the JSON's size in bytes, big-endian.

@@ -25,7 +25,7 @@ from fluksio.errors import NodeFailed
 from fluksio.execution.ran import Ran
 from fluksio.flows.node import error_types
 from fluksio.messages import Completion, NodeCall
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 
 #: The child's report is the stdout line that starts with this.
 RESULT_MARKER = "FLUKSIO-RESULT:"

@@ -21,7 +21,7 @@ from fluksio.errors import MessageRefused
 from fluksio.execution.call import OUT_OF_MEMORY, settle
 from fluksio.flows.node import error_types
 from fluksio.messages import NodeCall
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

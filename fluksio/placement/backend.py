@@ -27,7 +27,7 @@ ANY_CHANGE = "change"
 @dataclass(frozen=True)
 class Tell:
     """A message for others that books which :attr:`Books.tells` send in the same atomic step as a start or a
-    give-back, saving the round trip it would take alone (fluksio/runs/handoff.py): published on the channel
+    give-back, saving the round trip it would take alone (fluksio/execution/handoff.py): published on the channel
     ``key`` after a start; pushed onto the list ``key`` after a give-back, the list then kept ``ttl_s`` seconds
     (0: its expiry left as it was)."""
 

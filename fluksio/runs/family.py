@@ -18,7 +18,7 @@ from fluksio.store import runs as run_rows
 from fluksio.store.models import Run
 
 if TYPE_CHECKING:
-    from fluksio.runs.runtime import Runtime
+    from fluksio.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

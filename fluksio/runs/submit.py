@@ -17,12 +17,12 @@ from pydantic_core import to_jsonable_python
 
 from fluksio.artifacts.artifact import REF_KEY, Artifact, is_ref
 from fluksio.artifacts.store import ArtifactStore
+from fluksio.cache.keys import canonical
 from fluksio.codecs import REGISTRY, Codec, codec_for, codec_of, store_value
 from fluksio.errors import CodecError, RunRejected
 from fluksio.flows.flow import Flow, InputSpec
 from fluksio.flows.registry import FlowRegistry
 from fluksio.flows.secret import Secret, secret_name
-from fluksio.runs.cache_key import canonical
 from fluksio.runs.references import is_reference
 from fluksio.runs.references import resolve as resolve_reference
 from fluksio.schemas import DevicePolicy, Inventory, RunStatus

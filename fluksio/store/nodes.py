@@ -79,7 +79,7 @@ def cache_entries(db: Database, key: str, limit: int) -> list[tuple[str, int | N
     """``(run id, element, outputs)`` of the newest node rows ending ``ok`` or ``cached`` under a cache key:
     the run and element that made the outputs (a row restored from the cache names its origin).
 
-    Not retried: a cache that cannot answer now is a miss, not a wait (see ``runs.cache``).
+    Not retried: a cache that cannot answer now is a miss, not a wait (see ``fluksio.cache.lookup``).
     """
     with db.read() as session:
         rows = session.execute(

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from fluksio.errors import ConfigError, RunNotFound
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.schemas import AlertRecord, RunStatus
 from fluksio.settings import Settings
 from fluksio.store import alerts as alert_rows

@@ -21,8 +21,8 @@ from celery.beat import ScheduleEntry, Scheduler
 
 from fluksio.constants import DRIVE_TASK
 from fluksio.errors import FluksioError, StoreUnavailable
-from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import submit_run
+from fluksio.runtime import Runtime
 from fluksio.schemas import CatchUp
 from fluksio.store import schedules as rows
 from fluksio.store.models import Schedule

@@ -16,9 +16,9 @@ from fluksio.execution.isolated import run_in_child
 from fluksio.execution.task import register_call_task
 from fluksio.execution.warm import StartOnGpus
 from fluksio.runs.lease import Sweeper
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
+from fluksio.security.celery_signing import secure, signing_config
 from fluksio.settings import Settings, verified_redis_url
-from fluksio.worker.signing import secure, signing_config
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 class _OnFluksioTransport(Connection):
     def get_transport_cls(self) -> Any:
         if self.transport_cls in ("redis", "rediss"):
-            from fluksio.runs.transport import Transport  # here: the embedded default never imports redis-py
+            from fluksio.broker.transport import Transport  # here: the embedded default never imports redis-py
 
             return Transport
         return super().get_transport_cls()
@@ -65,7 +65,7 @@ class _OnFluksioTransport(Connection):
 
 class BrokerConnection(_OnFluksioTransport):
     """kombu's connection, on fluksio's Redis transport for ``redis://`` and ``rediss://`` brokers: one Redis
-    client per channel (fluksio/runs/transport.py). Chosen here rather than by Celery's ``broker_transport``,
+    client per channel (fluksio/broker/transport.py). Chosen here rather than by Celery's ``broker_transport``,
     so that the URL kombu shows (Celery's banner, Flower's broker page) still names its scheme.
 
     Its pool's connections are on that transport too: kombu's pool makes plain ``PooledConnection`` objects, and

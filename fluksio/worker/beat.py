@@ -11,8 +11,8 @@ import signal
 
 from celery import Celery
 
-from fluksio.runs.broker import wait_for_broker
-from fluksio.runs.runtime import Runtime
+from fluksio.broker.connection import wait_for_broker
+from fluksio.runtime import Runtime
 from fluksio.settings import Settings
 from fluksio.triggers.beat import TableScheduler
 from fluksio.worker.app import create_app

@@ -31,7 +31,7 @@ from kombu.transport import memory, virtual
 
 from fluksio.constants import DRIVERS_QUEUE
 from fluksio.routing import node_queues
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.worker.app import close_app, create_app
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ from typing import Any
 from celery import Celery
 
 from fluksio.errors import ConfigError
+from fluksio.security.celery_signing import secure
 from fluksio.settings import Settings
 from fluksio.worker.app import celery_config, new_app
-from fluksio.worker.signing import secure
 
 #: The run id, node and attempt in the kwargs repr of a node call (``{'call': {'call_id': …, 'run_id': …}}``).
 _CALL_FIELD = re.compile(r"'(run_id|node|attempt)': '?([^',}]+)'?")

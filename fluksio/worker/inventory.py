@@ -9,7 +9,7 @@ import socket
 import subprocess
 
 from fluksio.errors import ConfigError
-from fluksio.runs.runtime import host_ram_mb
+from fluksio.runtime import host_ram_mb
 from fluksio.schemas import Inventory
 
 #: Machine names become queue names (``gpu@box1``) and Celery host names.

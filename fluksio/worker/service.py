@@ -15,6 +15,7 @@ from typing import Any
 
 from celery.signals import worker_process_init, worker_ready, worker_shutting_down
 
+from fluksio.broker.connection import wait_for_broker
 from fluksio.constants import CHANGES_CHANNEL, DRIVERS_QUEUE
 from fluksio.errors import ConfigError
 from fluksio.execution.isolated import die_with_parent, run_in_child
@@ -23,15 +24,14 @@ from fluksio.execution.warm import StartOnGpus, WarmStarts
 from fluksio.placement.redis import RedisBooks
 from fluksio.provisioners import Poller
 from fluksio.routing import node_queues
-from fluksio.runs.broker import wait_for_broker
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.schemas import Inventory
+from fluksio.security.trust import introduce
 from fluksio.settings import Settings, require_redis_broker
 from fluksio.triggers.alerts import attach_alerts, load_alert_rules
 from fluksio.worker.app import close_app, create_app, start_sweeper
 from fluksio.worker.heartbeat import Heartbeat
 from fluksio.worker.idle import IdleExit, celery_busy, grants_held
-from fluksio.worker.signing import introduce
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
     books = runtime.placer.books
     assert isinstance(books, RedisBooks)
     app = create_app(settings, runtime, start_on_gpus=_warm_or_fresh(warm, inventory.name))
-    introduction = introduce(runtime, f"nodes@{inventory.name}")
+    introduction = introduce(runtime.settings, runtime.redis, f"nodes@{inventory.name}")
     _fresh_connections_after_fork(runtime)
     settle_lost_calls(runtime)  # a pool process killed mid-call (the OOM killer) ends its call here
     if with_drivers:
@@ -143,7 +143,7 @@ def run_driver_worker(settings: Settings, name: str, loglevel: str, with_beat: b
     wait_for_broker(settings)
     attach_alerts(runtime)  # drivers end runs, and their sweeper abandons runs: both tell the alerts
     app = create_app(settings, runtime)
-    introduction = introduce(runtime, f"drivers@{name}")
+    introduction = introduce(runtime.settings, runtime.redis, f"drivers@{name}")
     sweeper = start_sweeper(app, runtime)
     poller = start_poller(runtime)
     beat = spawn_beat_process(loglevel) if with_beat else None

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from fluksio import RunStatus, connect
+from fluksio.cache.keys import cache_key
+from fluksio.cache.lookup import lookup
 from fluksio.flows.source import code_digest
-from fluksio.runs.cache import lookup
-from fluksio.runs.cache_key import cache_key
 from tests.integration.cluster import Cluster
 from tests.integration.servers import RedisServer
 

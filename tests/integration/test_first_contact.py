@@ -31,7 +31,7 @@ from fluksio.cli.main import cli
 from fluksio.constants import EVENTS_CHANNEL, HEARTBEAT_KEY
 from fluksio.errors import BrokerUnavailable, ConfigError, StoreUnavailable
 from fluksio.outage import LOGGER
-from fluksio.runs.contact import check_installation
+from fluksio.runtime import check_installation
 from fluksio.settings import Settings
 from tests.integration.servers import RedisServer, free_port
 

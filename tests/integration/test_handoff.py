@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import redis
 
+from fluksio.broker.events.redis import EventStream
 from fluksio.constants import EVENTS_CHANNEL
+from fluksio.execution import handoff
 from fluksio.messages import Completion
 from fluksio.placement.backend import Tell
 from fluksio.placement.placer import Request
-from fluksio.runs import handoff
-from fluksio.runs.events import EventStream
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.schemas import Grant, Inventory, Resources
 from fluksio.settings import Settings
 from tests.integration.servers import RedisServer

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from fluksio.broker.inbox.base import WAKE_UP
+from fluksio.broker.inbox.redis import RedisInbox
 from fluksio.messages import Completion, MadeArtifact
-from fluksio.runs.inbox import WAKE_UP, RedisInbox
 from tests.integration.servers import RedisServer
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import event
 
 from fluksio import Artifact, Client, Flow, RunRejected, RunStatus, Settings, connect
-from fluksio.runs.cache import lookup
+from fluksio.cache.lookup import lookup
 from fluksio.store.models import RunNode
 
 pytestmark = pytest.mark.integration
@@ -157,7 +157,7 @@ def test_a_cache_lookup_that_fails_is_a_miss_and_a_warning(client: Client, caplo
     client.submit(flow, {"x": 7}).wait(timeout=30)
     with client.runtime.db.read() as session:
         key = session.query(RunNode.cache_key).filter(RunNode.node == "finish").scalar()
-    with caplog.at_level(logging.WARNING, logger="fluksio.runs.cache"):
+    with caplog.at_level(logging.WARNING, logger="fluksio.cache.lookup"):
         assert lookup(client.runtime.db, BrokenStore(), key) is None  # type: ignore[arg-type]
     assert "cache lookup" in caplog.text and "failed" in caplog.text
 

@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 
 from fluksio import RunStatus
 from fluksio.messages import Completion
-from fluksio.runs.signing import load_signer
+from fluksio.security.signatures import load_signer
 from fluksio.store.db import Database
 from fluksio.store.models import RunNode
 from tests.certs import Identity, self_signed, signing_env, store_of

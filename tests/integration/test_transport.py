@@ -13,8 +13,8 @@ from celery import Celery
 from kombu import Connection
 from kombu.transport import get_transport_cls
 
-from fluksio.runs.runtime import Runtime
-from fluksio.runs.transport import Transport
+from fluksio.broker.transport import Transport
+from fluksio.runtime import Runtime
 from fluksio.settings import Settings
 from fluksio.worker.app import create_app, new_app, send_drive
 from tests.integration.servers import RedisServer

@@ -1,4 +1,4 @@
-"""The package's layers (DESIGN.md §5): imports point from the front doors toward the ground, never back,
+"""The package's layers (docs/architecture.md): imports point from the front doors toward the ground, never back,
 and the pure modules never reach Celery, kombu, SQLAlchemy, Redis or Alembic — not even through another
 fluksio module.
 
@@ -25,8 +25,10 @@ LAYERS: list[set[str]] = [
     {"client"},
     {"worker"},
     {"triggers", "driver", "execution"},
-    {"runs"},
-    {"provisioners"},
+    {"runtime"},                                   # the composition root a process shares
+    {"runs"},                                      # submit, references, family, lease, ends, metrics
+    {"provisioners", "cache", "broker"},
+    {"security"},                                  # signatures, trust, TLS: the broker's inbox signs with it
     {"codecs"},                                    # a codec's value is stored as an artifact
     {"placement", "store", "artifacts", "flows", "routing", "messages"},
     {"failures", "outage"},                        # why a connection failed, in words; notices during an outage
@@ -34,17 +36,21 @@ LAYERS: list[set[str]] = [
     {"constants", "errors"},
 ]
 
+#: The only areas that import Celery or kombu (docs/architecture.md): the rest of the package is plain Python
+#: over the run store, the books and the artifact store, whatever carries the messages.
+CELERY_AREAS = frozenset({"driver", "execution", "worker", "broker", "security", "triggers"})
+
 #: Libraries the pure modules must never load.
 FORBIDDEN = frozenset({"celery", "kombu", "sqlalchemy", "redis", "alembic"})
 
-#: Modules with no Celery, no SQL, no Redis: unit-tested in microseconds (DESIGN.md §5, STYLE.md 1).
+#: Modules with no Celery, no SQL, no Redis: unit-tested in microseconds (docs/architecture.md).
 PURE = [
     "fluksio.flows.flow", "fluksio.flows.node", "fluksio.flows.validation", "fluksio.flows.source",
     "fluksio.placement.books", "fluksio.placement.clamp", "fluksio.placement.backend", "fluksio.placement.memory",
     "fluksio.placement.placer", "fluksio.placement.turns", "fluksio.placement.wakeups",
     "fluksio.driver.walk", "fluksio.driver.retrying", "fluksio.driver.verdict", "fluksio.driver.rows",
     "fluksio.driver.restore", "fluksio.driver.waitlists",
-    "fluksio.runs.cache_key", "fluksio.runs.ends", "fluksio.messages", "fluksio.routing", "fluksio.schemas",
+    "fluksio.cache.keys", "fluksio.runs.ends", "fluksio.messages", "fluksio.routing", "fluksio.schemas",
     "fluksio.store.rows",
 ]
 
@@ -147,6 +153,13 @@ def impure_reach(graph: dict[str, Imports], module: str) -> list[str]:
     return found
 
 
+def celery_outside_its_areas(graph: dict[str, Imports]) -> list[str]:
+    """Every module outside :data:`CELERY_AREAS` that imports Celery or kombu itself (eagerly or lazily)."""
+    return [f"{module} imports {library}" for module, imports in sorted(graph.items())
+            if area_of(module) not in CELERY_AREAS
+            for library in sorted({name.split(".")[0] for name in imports.eager | imports.lazy} & {"celery", "kombu"})]
+
+
 def imports_of_libraries(names: frozenset[str] | set[str]) -> set[str]:
     return {name.split(".")[0] for name in names} & FORBIDDEN
 
@@ -167,6 +180,10 @@ def test_no_import_points_up_the_layout(package: dict[str, Imports]) -> None:
 def test_the_pure_modules_reach_neither_celery_nor_sql_nor_redis(package: dict[str, Imports], module: str) -> None:
     assert module in package, f"{module} is listed as pure but does not exist"
     assert impure_reach(package, module) == []
+
+
+def test_only_the_celery_areas_import_celery_or_kombu(package: dict[str, Imports]) -> None:
+    assert celery_outside_its_areas(package) == []
 
 
 def test_every_area_of_the_package_has_a_layer(package: dict[str, Imports]) -> None:
@@ -223,3 +240,9 @@ def test_siblings_importing_each_other_are_caught(tmp_path: Path) -> None:
     root = synthetic(tmp_path, {"driver/loop.py": "from fluksio.execution import call\n", "execution/call.py": ""})
     assert upward_imports(scan(root)) == [
         "fluksio.driver.loop imports fluksio.execution.call (execution is not below driver)"]
+
+
+def test_celery_imported_outside_its_areas_is_caught(tmp_path: Path) -> None:
+    root = synthetic(tmp_path, {"runs/submit.py": "def send():\n    from kombu import Connection\n",
+                                "broker/transport.py": "import kombu\n"})
+    assert celery_outside_its_areas(scan(root)) == ["fluksio.runs.submit imports kombu"]

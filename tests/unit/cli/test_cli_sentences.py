@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from fluksio import connect
+from fluksio.broker.events.memory import MemoryEvents
 from fluksio.cli.main import cli
 from fluksio.errors import ClientClosed, EventsUnavailable, FluksioError
 from fluksio.outage import LOGGER
-from fluksio.runs.events import MemoryEvents
 from fluksio.settings import Settings
 
 HELLO = Path(__file__).resolve().parents[3] / "examples" / "hello.py"

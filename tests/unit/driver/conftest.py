@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from fluksio import Settings
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 
 
 @pytest.fixture

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from fluksio.cache.keys import cache_key
+from fluksio.cache.lookup import lookup
 from fluksio.driver.drive import drive
 from fluksio.execution.call import execute_call
 from fluksio.flows.registry import FlowRegistry
 from fluksio.flows.source import code_digest
 from fluksio.messages import NodeCall
-from fluksio.runs.cache import lookup
-from fluksio.runs.cache_key import cache_key
-from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import submit_run
+from fluksio.runtime import Runtime
 from fluksio.schemas import RunStatus
 from fluksio.store.runs import get_run, node_rows
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from fluksio import Flow
+from fluksio.broker.inbox.base import WAKE_UP
+from fluksio.broker.inbox.memory import MemoryInbox
 from fluksio.messages import Completion, InboxMessage, NodeCall
-from fluksio.runs.inbox import WAKE_UP, MemoryInbox
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.store.runs import get_run, node_rows
 from tests.unit.driver.test_drive_rows import answer, drive_with, hop
 

@@ -15,7 +15,7 @@ from fluksio import Flow, Resources
 from fluksio.driver.retrying import backoff_s, matches
 from fluksio.flows.node import error_types
 from fluksio.messages import Completion, NodeCall
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.store.runs import get_run, load_record
 from tests.unit.driver.test_drive_rows import drive_with
 

@@ -18,8 +18,8 @@ from fluksio import Flow
 from fluksio.driver.drive import drive
 from fluksio.driver.journal import WRITE_DELAY_S
 from fluksio.messages import Completion, NodeCall
-from fluksio.runs.runtime import Runtime
 from fluksio.runs.submit import submit_run
+from fluksio.runtime import Runtime
 from fluksio.store.models import RunNode
 from fluksio.store.runs import get_run, node_rows
 

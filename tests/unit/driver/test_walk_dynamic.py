@@ -6,8 +6,8 @@ import pytest
 
 from fluksio import Flow, FlowError
 from fluksio.driver.restore import restore_earlier
-from fluksio.driver.walk import NodeState, Walk, split_unit, unit_of
-from fluksio.schemas import NodeStatus
+from fluksio.driver.walk import NodeState, Walk
+from fluksio.schemas import NodeStatus, split_unit, unit_of
 from fluksio.store.rows import NodeRow
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from fluksio import Flow, Settings
 from fluksio.execution.call import execute_call
 from fluksio.placement.placer import Request
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.schemas import Inventory, Resources
 
 

@@ -14,7 +14,7 @@ from fluksio.errors import NodeFailed
 from fluksio.execution.call import execute_call
 from fluksio.execution.secrets import hidden, redact, resolve
 from fluksio.placement.placer import Request
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.schemas import Inventory, Resources
 
 VALUE = "s3cr3t-value-of-the-token"

@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from fluksio import Flow, RunRejected, Secret
-from fluksio.runs.cache_key import canonical
+from fluksio.cache.keys import canonical
 from fluksio.runs.submit import validate_params
 
 VALUE = "hf_secret_Value_123"

@@ -11,9 +11,9 @@ from sqlalchemy.exc import OperationalError
 
 from fluksio.errors import ConfigError, StoreUnavailable
 from fluksio.outage import LOGGER
-from fluksio.runs.contact import open_run_store
 from fluksio.settings import Settings
 from fluksio.store import db as db_module
+from fluksio.store.contact import open_run_store
 from fluksio.store.db import CONNECT_TIMEOUT_S, Database, retried
 
 

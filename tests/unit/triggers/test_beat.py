@@ -13,7 +13,7 @@ from celery import Celery
 from sqlalchemy import update
 
 from fluksio import Flow, Settings
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.store import runs as run_rows
 from fluksio.store.models import Schedule
 from fluksio.store.schedules import get_schedule, set_paused

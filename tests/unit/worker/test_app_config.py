@@ -44,7 +44,7 @@ def test_a_rediss_broker_verifies_its_server_in_celery_too():
 
 def test_a_signing_mistake_is_one_line_naming_the_file(tmp_path):
     from fluksio import ConfigError
-    from fluksio.runs.runtime import Runtime
+    from fluksio.runtime import Runtime
     from fluksio.worker.app import create_app
 
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'db'}", artifacts_dir=tmp_path / "a",

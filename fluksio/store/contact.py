@@ -1,10 +1,11 @@
-"""First contact with the run store, and with the whole installation: open it, or say in one line why not.
+"""First contact with the run store: open it, or say in one line why not.
 
 What a front door (``connect()``, a CLI command, a dashboard) calls before it
 serves anyone, so that a misconfigured installation says so at once: a store
 whose driver is missing names the package to install, an unknown scheme the
 ones that work, an unreachable server what failed and what to check. The
-broker's side is :mod:`fluksio.runs.broker`.
+broker's side is :mod:`fluksio.broker.connection`; both at once,
+:func:`fluksio.runtime.check_installation`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
 from fluksio.errors import ConfigError, StoreUnavailable
 from fluksio.failures import store_message
-from fluksio.settings import Settings, require_redis_broker
+from fluksio.settings import Settings
 from fluksio.store.db import Database
 
 
@@ -39,18 +40,3 @@ def open_run_store(settings: Settings, upgrade: bool = True) -> Database:
         db.dispose()
         raise StoreUnavailable(store_message(url, exc)) from None
     return db
-
-
-def check_installation(settings: Settings) -> None:
-    """Return if this installation's broker (in the distributed mode) and run store answer now; else raise a
-    :class:`~fluksio.errors.FluksioError` that says in one line which, why, and what to check.
-
-    For front doors that serve without a :class:`~fluksio.client.Client` of their own (a dashboard):
-    ``connect()`` makes the same checks.
-    """
-    if not settings.embedded:
-        require_redis_broker(settings)
-        from fluksio.runs.broker import check_broker  # the embedded default never loads redis-py
-
-        check_broker(settings)
-    open_run_store(settings, upgrade=False).dispose()

@@ -12,10 +12,10 @@ import redis.retry
 from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from fluksio.broker import connection as broker
+from fluksio.broker.connection import OutageRetry, wait_for_broker
 from fluksio.errors import BrokerUnavailable
 from fluksio.outage import LOGGER, Notices
-from fluksio.runs import broker
-from fluksio.runs.broker import OutageRetry, wait_for_broker
 from fluksio.settings import Settings
 
 

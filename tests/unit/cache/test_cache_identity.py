@@ -6,8 +6,8 @@ import numpy as np
 
 from fluksio import Flow
 from fluksio.artifacts import MemoryArtifactStore
+from fluksio.cache.keys import cache_key
 from fluksio.execution.values import encode
-from fluksio.runs.cache_key import cache_key
 
 flow = Flow("keys")
 

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 from fluksio.artifacts.store import ArtifactStore
-from fluksio.driver.walk import split_unit
+from fluksio.cache.keys import cache_key
+from fluksio.cache.lookup import CacheHit, lookup
 from fluksio.flows.flow import Flow
-from fluksio.runs.cache import CacheHit, lookup
-from fluksio.runs.cache_key import cache_key
+from fluksio.schemas import split_unit
 from fluksio.store.db import Database
 
 

@@ -7,7 +7,7 @@ import ssl
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from fluksio.runs.tls import hint, tls_failure
+from fluksio.security.tls import hint, tls_failure
 
 
 def wrapped(cause: BaseException) -> RedisConnectionError:
@@ -62,7 +62,7 @@ def test_a_server_that_refuses_the_clients_certificate_says_so() -> None:
 
 def test_a_server_that_hangs_up_in_the_handshake_is_a_tls_refusal_at_first_contact() -> None:
     """TLS 1.3: a server that wants a client certificate and gets none may only close the connection."""
-    from fluksio.runs.tls import tls_config_error
+    from fluksio.security.tls import tls_config_error
 
     failure = wrapped(ssl.SSLEOFError(8, "EOF occurred in violation of protocol (_ssl.c:2427)"))
     assert tls_failure(failure) is None  # for a connected process: an outage, retried

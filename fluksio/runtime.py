@@ -12,19 +12,23 @@ from typing import TYPE_CHECKING, Protocol
 
 from fluksio.artifacts.factory import open_store
 from fluksio.artifacts.store import ArtifactStore
+from fluksio.broker.events.base import Events
+from fluksio.broker.events.memory import MemoryEvents
+from fluksio.broker.events.redis import RedisEvents
+from fluksio.broker.inbox.base import Inbox
+from fluksio.broker.inbox.memory import MemoryInbox
+from fluksio.broker.inbox.redis import RedisInbox
 from fluksio.flows.registry import FlowRegistry
 from fluksio.placement.backend import Books
 from fluksio.placement.placer import Placer
 from fluksio.provisioners.base import Provisioner
 from fluksio.runs import family
-from fluksio.runs.contact import open_run_store
 from fluksio.runs.ends import RunEnds
-from fluksio.runs.events import Events, MemoryEvents, RedisEvents
-from fluksio.runs.inbox import Inbox, MemoryInbox, RedisInbox
-from fluksio.runs.signing import load_signer
 from fluksio.schemas import Inventory, Resources, RunStatus
-from fluksio.settings import Settings
+from fluksio.security.signatures import load_signer
+from fluksio.settings import Settings, require_redis_broker
 from fluksio.store import runs as run_rows
+from fluksio.store.contact import open_run_store
 from fluksio.store.db import Database
 
 if TYPE_CHECKING:
@@ -95,11 +99,12 @@ class Runtime:
         """Books, inboxes and events in the broker's Redis; shared by every host.
 
         Opens no connection to the broker itself (callers check first contact: ``connect()`` with
-        :func:`~fluksio.runs.broker.check_broker`, a worker with :func:`~fluksio.runs.broker.wait_for_broker`).
+        :func:`~fluksio.broker.connection.check_broker`, a worker with
+        :func:`~fluksio.broker.connection.wait_for_broker`).
         """
         artifacts = open_store(settings, check=True)  # a worker with an unusable bucket refuses to start
+        from fluksio.broker.connection import broker_client
         from fluksio.placement.redis import RedisBooks
-        from fluksio.runs.broker import broker_client
 
         client = broker_client(settings)
         books = RedisBooks(client, settings.heartbeat_ttl_s)
@@ -196,3 +201,18 @@ def host_ram_mb() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
     except (ValueError, OSError, AttributeError):
         return 0
+
+
+def check_installation(settings: Settings) -> None:
+    """Return if this installation's broker (in the distributed mode) and run store answer now; else raise a
+    :class:`~fluksio.errors.FluksioError` that says in one line which, why, and what to check.
+
+    For front doors that serve without a :class:`~fluksio.client.Client` of their own (a dashboard):
+    ``connect()`` makes the same checks.
+    """
+    if not settings.embedded:
+        require_redis_broker(settings)
+        from fluksio.broker.connection import check_broker  # the embedded default never loads redis-py
+
+        check_broker(settings)
+    open_run_store(settings, upgrade=False).dispose()

@@ -31,7 +31,7 @@ from redis.retry import Retry
 from fluksio.errors import BrokerUnavailable, ConfigError
 from fluksio.failures import broker_message, classify, reason
 from fluksio.outage import Notices
-from fluksio.runs.tls import tls_config_error, tls_failure
+from fluksio.security.tls import tls_config_error, tls_failure
 from fluksio.settings import Settings, redact_url, verified_redis_url
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from fluksio.messages import InboxMessage
-from fluksio.runs.runtime import Runtime
+from fluksio.runtime import Runtime
 from fluksio.schemas import Grant
 
 log = logging.getLogger(__name__)

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from fluksio.broker.events import redis as redis_events
+from fluksio.broker.events.redis import EventStream
 from fluksio.errors import BrokerUnavailable, EventsUnavailable
-from fluksio.runs import events
-from fluksio.runs.events import EventStream
 
 
 class SilentPubSub:
@@ -37,7 +37,7 @@ class Client:
 
 
 def test_an_unconfirmed_subscription_raises_events_unavailable_and_closes_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(events, "SUBSCRIBE_TIMEOUT_S", 0.01)
+    monkeypatch.setattr(redis_events, "SUBSCRIBE_TIMEOUT_S", 0.01)
     client = Client()
     with pytest.raises(EventsUnavailable, match=r"the broker at broker.example:6390 did not confirm the "
                                                 r"subscription to \S+ within 0.01 s") as info:

@@ -1,8 +1,4 @@
-"""Run and node events (``node_queued`` with its reason, …) on one channel, for watchers and dashboards.
-
-Events are for people watching; the run store stays the truth. A lost event
-loses nothing but a line on someone's screen.
-"""
+"""Events on a Redis channel, seen by every host of the installation; a subscription is a stream of them."""
 
 from __future__ import annotations
 
@@ -10,88 +6,19 @@ import json
 import logging
 import threading
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Callable
 from typing import Any
 
+from fluksio.broker.events.base import Callback, Events, Unsubscribe, event_of
 from fluksio.constants import EVENTS_CHANNEL
 from fluksio.errors import EventsUnavailable
 from fluksio.placement.backend import Tell
 
 log = logging.getLogger(__name__)
 
-#: The kinds of event published; each carries ``run_id``, the node events also ``node``.
-KINDS = ("run_queued", "run_started", "node_queued", "node_started", "node_finished", "run_finished")
 #: Longest a subscriber thread blocks on Redis before looking whether it was told to stop, in seconds.
 POLL_S = 0.25
 #: Longest wait for Redis to confirm a subscription, in seconds.
 SUBSCRIBE_TIMEOUT_S = 10.0
-
-Callback = Callable[[dict[str, Any]], None]
-Unsubscribe = Callable[[], None]
-
-
-def event_of(kind: str, fields: dict[str, Any], at: float | None = None) -> dict[str, Any]:
-    """An event as it is published: its kind, when (now, unless ``at``), and its fields."""
-    return {"event": kind, "at": time.time() if at is None else at, **fields}
-
-
-class Events(ABC):
-    def publish(self, kind: str, **fields: Any) -> None:
-        self.publish_all(kind, [fields])
-
-    def publish_all(self, kind: str, each: list[dict[str, Any]]) -> None:
-        """Publish one ``kind`` event with each of the field sets ``each``, in order (one round trip on Redis)."""
-        now = time.time()
-        events = [event_of(kind, fields, now) for fields in each]
-        try:
-            self._send_all(events)
-        except Exception:  # an event is never worth failing a run for
-            log.warning("could not publish %d %s event(s)", len(events), kind, exc_info=True)
-
-    def _send_all(self, events: list[dict[str, Any]]) -> None:
-        for event in events:
-            self._send(event)
-
-    def tell(self, kind: str, **fields: Any) -> Tell | None:
-        """The event as books in the same Redis publish it after a start (``Books.tells``); ``None`` for
-        events they cannot reach."""
-        return None
-
-    @abstractmethod
-    def _send(self, event: dict[str, Any]) -> None: ...
-
-    def subscribe(self, callback: Callback) -> Unsubscribe:
-        """Call ``callback(event)`` for every event published from now on, until the returned function is called.
-
-        The callback may run on another thread; it must be quick and must not raise.
-        """
-        raise NotImplementedError(f"{type(self).__name__} cannot be subscribed to")
-
-
-class MemoryEvents(Events):
-    """Events of one process (the embedded default): seen only by subscribers in that process."""
-
-    def __init__(self) -> None:
-        self._subscribers: list[Callback] = []
-        self._lock = threading.Lock()
-
-    def subscribe(self, callback: Callback) -> Unsubscribe:
-        with self._lock:
-            self._subscribers.append(callback)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if callback in self._subscribers:
-                    self._subscribers.remove(callback)
-
-        return unsubscribe
-
-    def _send(self, event: dict[str, Any]) -> None:
-        with self._lock:
-            subscribers = list(self._subscribers)
-        for callback in subscribers:
-            callback(event)
 
 
 class RedisEvents(Events):

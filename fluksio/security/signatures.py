@@ -1,7 +1,7 @@
 """Signatures on what fluksio moves outside Celery: the messages on a run's inbox.
 
 With the ``FLUKSIO_SIGNING_*`` settings, Celery signs every task message (its ``auth`` serializer; see
-fluksio/worker/signing.py). Completions, cancels, wake-ups and child ends travel on Redis lists instead,
+fluksio/security/celery_signing.py). Completions, cancels, wake-ups and child ends travel on Redis lists instead,
 so they are signed here, with the same key and checked against the same trusted certificates, in the
 same way Celery does it (RSA-PSS over SHA-256; a certificate is known by its issuer and serial number).
 

@@ -7,9 +7,10 @@ import time
 import pytest
 import redis
 
+from fluksio.broker.inbox.memory import MemoryInbox
+from fluksio.broker.inbox.redis import RedisInbox
 from fluksio.errors import ConfigError
 from fluksio.messages import Completion
-from fluksio.runs.inbox import MemoryInbox, RedisInbox
 
 
 def done(i: int) -> Completion:

@@ -1,122 +1,21 @@
-"""A driver's inbox: node completions, wake-ups and cancel requests for one run.
-
-Workers push a completion here when a call ends, so the driver never polls a
-result backend. An inbox keeps messages until they are taken: a completion
-pushed while its driver is busy is not lost. On Redis, what the driver takes
-is also moved to a *taken* list, so a message whose reply was lost on the way
-(a dropped connection) can still be read back: see :meth:`Inbox.recover`.
-"""
+"""Inboxes as Redis lists, shared by every host: a message taken is kept on a *taken* list until the driver
+is known to have it (see :meth:`RedisInbox.recover`)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import queue
-import threading
 import time
-from abc import ABC, abstractmethod
 from typing import Any
 
+from fluksio.broker.inbox.base import WAKE_UP, Inbox
 from fluksio.constants import INBOX_KEY, TAKEN_SUFFIX
 from fluksio.errors import ConfigError, MessageRefused
 from fluksio.messages import InboxMessage, Wake, inbox_message_from_wire
 from fluksio.placement.backend import Tell
-from fluksio.runs.signing import Signer, is_envelope
+from fluksio.security.signatures import Signer, is_envelope
 
 log = logging.getLogger(__name__)
-
-
-class Inbox(ABC):
-    """One queue of messages per run, for the run's driver: completions, wake-ups and cancel requests.
-
-    Invariants: a message pushed is kept until a driver takes it (a busy driver loses nothing);
-    messages of one run are taken in the order they were pushed; an inbox is dropped (``close``) only
-    by the driver that owns the run, once the run is over for it.
-    """
-
-    @abstractmethod
-    def push(self, run_id: str, message: InboxMessage) -> None: ...
-
-    def tell(self, run_id: str, message: InboxMessage) -> Tell | None:
-        """The push of ``message`` as books in the same Redis send it on after a give-back (``Books.tells``);
-        ``None`` for an inbox they cannot reach."""
-        return None
-
-    @abstractmethod
-    def pop(self, run_id: str, timeout: float) -> InboxMessage | None:
-        """The next message for the run, waiting up to ``timeout`` seconds; ``None`` when none came."""
-
-    @abstractmethod
-    def drain(self, run_id: str, limit: int) -> list[InboxMessage]:
-        """Up to ``limit`` messages already waiting for the run, oldest first, without waiting for more.
-
-        A driver that took one completion takes the others that came meanwhile, and handles them in one go.
-        """
-
-    @abstractmethod
-    def close(self, run_id: str) -> None:
-        """Drop the run's inbox once its driver is done with it."""
-
-    def leave(self, run_id: str) -> None:
-        """Stop using the run's inbox without removing it: another driver has the run now."""
-
-    def recover(self, run_id: str) -> list[InboxMessage]:
-        """Messages taken off the inbox lately, oldest first: those whose reply never reached the driver are
-        among them. Called when a call's completion is overdue; the caller skips what it has handled already.
-        """
-        return []
-
-    def forget_taken(self, run_id: str) -> None:
-        """Forget what was taken before the previous call of this (the driver has long handled it).
-
-        Called once per check of the calls in flight, so :meth:`recover` always sees at least the messages
-        taken since the check before last.
-        """
-
-    def wake(self, run_id: str) -> None:
-        self.push(run_id, WAKE_UP)
-
-
-#: Wake-ups carry nothing: one object serves them all.
-WAKE_UP = Wake()
-
-
-class MemoryInbox(Inbox):
-    """Inboxes as in-process queues (the embedded default): the message objects travel as they are."""
-
-    def __init__(self) -> None:
-        self._queues: dict[str, queue.SimpleQueue[InboxMessage]] = {}
-        self._lock = threading.Lock()
-
-    def _queue(self, run_id: str) -> queue.SimpleQueue[InboxMessage]:
-        with self._lock:
-            found = self._queues.get(run_id)
-            if found is None:
-                found = self._queues[run_id] = queue.SimpleQueue()
-            return found
-
-    def push(self, run_id: str, message: InboxMessage) -> None:
-        self._queue(run_id).put(message)
-
-    def pop(self, run_id: str, timeout: float) -> InboxMessage | None:
-        try:
-            return self._queue(run_id).get(timeout=timeout)
-        except queue.Empty:
-            return None
-
-    def drain(self, run_id: str, limit: int) -> list[InboxMessage]:
-        found = self._queue(run_id)
-        taken: list[InboxMessage] = []
-        while len(taken) < limit:
-            try:
-                taken.append(found.get_nowait())
-            except queue.Empty:
-                break
-        return taken
-
-    def close(self, run_id: str) -> None:
-        with self._lock:
-            self._queues.pop(run_id, None)
 
 
 class RedisInbox(Inbox):
@@ -130,7 +29,7 @@ class RedisInbox(Inbox):
 
     With a ``signer`` (message signing on), every message pushed is signed for its run, and one taken that
     is unsigned, signed for another run, or signed by a certificate this process does not trust is dropped
-    the same way (see fluksio/runs/signing.py).
+    the same way (see fluksio/security/signatures.py).
     """
 
     #: An inbox nobody drains (its driver died and the run was never resumed) expires, in seconds.

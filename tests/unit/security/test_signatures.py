@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from fluksio import ConfigError, Settings
+from fluksio.broker.inbox.redis import RedisInbox
 from fluksio.errors import MessageRefused
 from fluksio.messages import Cancel, Completion
-from fluksio.runs.inbox import RedisInbox
-from fluksio.runs.signing import Signer, load_signer
-from fluksio.runs.trust import Peer, disagreements
+from fluksio.security.signatures import Signer, load_signer
+from fluksio.security.trust import Peer, disagreements
 from tests.certs import Identity, self_signed, store_of
 
 

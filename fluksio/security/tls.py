@@ -2,7 +2,7 @@
 
 A broker that is restarting is waited for (``FLUKSIO_BROKER_OUTAGE_S``); a certificate that does not verify
 will not verify on the next try either. :func:`tls_failure` tells the two apart, so that the distributed
-mode's Redis client never retries it (``runs/broker.py``) and the first contact with the broker turns it
+mode's Redis client never retries it (``broker/connection.py``) and the first contact with the broker turns it
 into one line at start (:func:`tls_config_error`): which check failed, and which setting to look at.
 
 The TLS options are query parameters of the ``rediss://`` URL (``ssl_ca_certs``, ``ssl_certfile``,
@@ -84,7 +84,7 @@ def tls_config_error(url: str, error: BaseException, setting: str = "FLUKSIO_BRO
 
     Also a server that hangs up in the middle of the handshake: with TLS 1.3 a server that wants a client
     certificate and gets none may just close the connection. At first contact that is the likely reading
-    (a connected process that sees it later is retried as an outage, see ``runs/broker.py``).
+    (a connected process that sees it later is retried as an outage, see ``broker/connection.py``).
     """
     failure = tls_failure(error)
     if failure is None and url.startswith("rediss://") and any(isinstance(cause, ssl.SSLEOFError)

@@ -12,7 +12,7 @@ import logging
 
 from fluksio.artifacts.artifact import find_refs
 from fluksio.artifacts.store import ArtifactStore
-from fluksio.runs.cache_key import CacheHit
+from fluksio.cache.keys import CacheHit
 from fluksio.store.db import Database
 from fluksio.store.nodes import cache_entries
 

@@ -44,7 +44,7 @@ def fill(database_url: str, runs: int, points: int) -> str:
     from fluksio.store.ids import new_run_id
     from fluksio.store.metrics import upsert_metrics
     from fluksio.store.models import Run, RunNode
-    from fluksio.store.runs import utcnow
+    from fluksio.store.run_rows import utcnow
 
     db = Database(database_url)
     db.upgrade()

@@ -28,7 +28,7 @@ from fluksio.runs.submit import check_priority, submit_run, validate_params
 from fluksio.runtime import Runtime
 from fluksio.schemas import CatchUp, RunRecord, RunStatus, ScheduleRecord
 from fluksio.settings import Settings, load_settings, redact_url, require_redis_broker
-from fluksio.store import runs as run_rows
+from fluksio.store import run_rows
 from fluksio.store.ids import new_run_id
 from fluksio.triggers.alerts import attach_alerts
 from fluksio.triggers.schedules import Schedules

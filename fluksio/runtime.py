@@ -27,7 +27,7 @@ from fluksio.runs.ends import RunEnds
 from fluksio.schemas import Inventory, Resources, RunStatus
 from fluksio.security.signatures import load_signer
 from fluksio.settings import Settings, require_redis_broker
-from fluksio.store import runs as run_rows
+from fluksio.store import run_rows
 from fluksio.store.contact import open_run_store
 from fluksio.store.db import Database
 

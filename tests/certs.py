@@ -6,7 +6,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.integration.servers import need
+from tests.integration.support.servers import need
 
 
 @dataclass(frozen=True)

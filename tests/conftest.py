@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fluksio import Client, Settings, connect
-from tests.integration.servers import PostgresServer
+from tests.integration.support.servers import PostgresServer
 
 
 @pytest.fixture(autouse=True)

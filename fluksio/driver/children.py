@@ -19,7 +19,7 @@ from fluksio.runs import family
 from fluksio.runs.submit import submit_run
 from fluksio.schemas import NodeStatus, RunStatus, split_unit
 from fluksio.store import family as store_family
-from fluksio.store import runs as run_rows
+from fluksio.store import run_rows
 from fluksio.store.models import Run
 
 log = logging.getLogger(__name__)

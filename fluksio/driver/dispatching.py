@@ -25,7 +25,7 @@ from fluksio.placement.placer import Request, Waiting
 from fluksio.placement.turns import Why
 from fluksio.routing import queue_for
 from fluksio.schemas import Grant, NodeStatus, split_unit
-from fluksio.store import runs as run_rows
+from fluksio.store import run_rows
 
 log = logging.getLogger(__name__)
 

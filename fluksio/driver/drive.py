@@ -19,7 +19,7 @@ from fluksio.errors import FluksioError, RunNotFound
 from fluksio.runtime import Runtime
 from fluksio.schemas import RunStatus
 from fluksio.store import family as store_family
-from fluksio.store import runs as run_rows
+from fluksio.store import run_rows
 from fluksio.store.models import Run
 
 log = logging.getLogger(__name__)

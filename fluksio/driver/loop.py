@@ -26,7 +26,7 @@ from fluksio.runtime import Runtime
 from fluksio.schemas import RunStatus
 from fluksio.settings import redact_url
 from fluksio.store import family as store_family
-from fluksio.store import runs as run_rows
+from fluksio.store import run_rows
 from fluksio.store.models import Run
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from fluksio.driver.verdict import End
 from fluksio.messages import Completion
 from fluksio.schemas import Grant, NodeStatus, split_unit
 from fluksio.settings import redact_url
-from fluksio.store import runs as run_rows
+from fluksio.store import run_rows
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from fluksio.flows.flow import Flow
 from fluksio.placement.clamp import clamp
 from fluksio.runtime import Runtime
 from fluksio.schemas import DevicePolicy, Resources, RunStatus
-from fluksio.store import runs as run_rows
+from fluksio.store import run_rows
 
 
 def missing_labels(runtime: Runtime, flow: Flow) -> list[str]:

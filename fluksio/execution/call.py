@@ -40,7 +40,7 @@ from fluksio.flows.secret import NAME as SECRET_NAME
 from fluksio.flows.source import short
 from fluksio.messages import Completion, MadeArtifact, NodeCall
 from fluksio.runtime import Runtime
-from fluksio.store.runs import call_refusal
+from fluksio.store.run_rows import call_refusal
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from fluksio.errors import RunNotFound
 from fluksio.messages import Cancel, ChildEnded
 from fluksio.schemas import RunStatus
 from fluksio.store import family as store_family
-from fluksio.store import runs as run_rows
+from fluksio.store import run_rows
 from fluksio.store.models import Run
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from fluksio.errors import FluksioError
 from fluksio.schemas import RunStatus
 from fluksio.store import family as store_family
-from fluksio.store import runs as run_rows
+from fluksio.store import run_rows
 from fluksio.store.db import Database
 
 log = logging.getLogger(__name__)

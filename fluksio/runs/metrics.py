@@ -17,7 +17,7 @@ from fluksio.store.db import Database
 from fluksio.store.metrics import latest_metrics, latest_metrics_of_runs, read_metrics, series_sizes, upsert_metrics
 from fluksio.store.models import RunNode
 from fluksio.store.nodes import cached_rows_of
-from fluksio.store.runs import node_rows
+from fluksio.store.run_rows import node_rows
 
 T = TypeVar("T")
 

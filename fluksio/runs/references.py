@@ -19,7 +19,7 @@ from fluksio.schemas import RunStatus
 from fluksio.store.db import Database
 from fluksio.store.models import RunArtifact
 from fluksio.store.nodes import artifact_by_digest, artifact_of_run
-from fluksio.store.runs import get_run, node_rows
+from fluksio.store.run_rows import get_run, node_rows
 
 RUN_REFERENCE = re.compile(r"@run:(?P<run>[0-9A-Za-z]+)\.(?P<output>[A-Za-z_][A-Za-z0-9_]*)")
 

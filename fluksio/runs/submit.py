@@ -29,7 +29,7 @@ from fluksio.schemas import DevicePolicy, Inventory, RunStatus
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
 from fluksio.store.models import Run
-from fluksio.store.runs import find_by_idempotency_key, insert_run, utcnow
+from fluksio.store.run_rows import find_by_idempotency_key, insert_run, utcnow
 
 #: The input that ``seed=`` fills.
 SEED_INPUT = "seed"

@@ -21,7 +21,7 @@ from sqlalchemy.engine import CursorResult
 from fluksio.schemas import RunStatus
 from fluksio.store.db import Database, retried
 from fluksio.store.models import Run
-from fluksio.store.runs import utcnow
+from fluksio.store.run_rows import utcnow
 
 PARKED, WOKEN = "parked", "woken"
 

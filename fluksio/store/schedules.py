@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from fluksio.errors import ScheduleNotFound, ScheduleRejected
 from fluksio.store.db import Database, retried
 from fluksio.store.models import Schedule
-from fluksio.store.runs import utcnow
+from fluksio.store.run_rows import utcnow
 
 
 @retried

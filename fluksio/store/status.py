@@ -6,7 +6,7 @@ from fluksio.schemas import RunStatus
 
 #: Which statuses a run may move to from each status. A run that did not end ``ok`` may go back to
 #: ``queued`` only by being resumed; ``ok`` is final. One move is not in the table, so that no plain
-#: :func:`~fluksio.store.runs.transition` can make it: auto-resume sends a ``running`` run whose driver is
+#: :func:`~fluksio.store.run_rows.transition` can make it: auto-resume sends a ``running`` run whose driver is
 #: gone straight back to ``queued`` (recorded as resumed from ``abandoned``), in the guarded UPDATEs of
 #: ``requeue_stale`` and ``requeue_handed_over``.
 TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {

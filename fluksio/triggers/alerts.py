@@ -27,7 +27,7 @@ from fluksio.schemas import AlertRecord, RunStatus
 from fluksio.settings import Settings
 from fluksio.store import alerts as alert_rows
 from fluksio.store.db import Database
-from fluksio.store.runs import load_record
+from fluksio.store.run_rows import load_record
 from fluksio.triggers.delivery import DeliveryFailed, send
 from fluksio.triggers.message import alert_body, sample_record
 from fluksio.triggers.rules import AlertRule, load_rules, rules_path

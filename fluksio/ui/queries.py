@@ -19,7 +19,7 @@ from fluksio.client import Client
 from fluksio.errors import ArtifactError, InvalidRequest, RunNotFound, RunRejected
 from fluksio.runs.metrics import latest_values_of_runs, sources_of
 from fluksio.schemas import RunRecord, RunStatus
-from fluksio.store import runs as run_rows
+from fluksio.store import run_rows
 from fluksio.store.metrics import read_series
 from fluksio.store.models import RunArtifact
 from fluksio.store.nodes import artifact_by_digest, artifacts_of

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.servers import RedisServer
+from tests.integration.support.servers import RedisServer
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ import pytest
 
 from fluksio import Flow, Settings, connect
 from fluksio.store import alerts as alert_rows
-from tests.integration.receivers import BlackHole, WebhookReceiver, wait_for
-from tests.integration.servers import free_port, in_ci
+from tests.integration.support.receivers import BlackHole, WebhookReceiver, wait_for
+from tests.integration.support.servers import free_port, in_ci
 
 pytestmark = pytest.mark.integration
 

@@ -22,9 +22,9 @@ from fluksio import Client, RunStatus
 from fluksio.cli import live
 from fluksio.constants import EVENTS_CHANNEL
 from fluksio.store.metrics import latest_metrics
-from tests.integration import cluster_flows as flows
-from tests.integration.cluster import Cluster, running_cluster
-from tests.integration.servers import in_ci
+from tests.integration.support import cluster_flows as flows
+from tests.integration.support.cluster import Cluster, running_cluster
+from tests.integration.support.servers import in_ci
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from fluksio import Client, Flow, RunRecord, RunRejected, RunStatus
 from fluksio.artifacts import LocalArtifactStore
 from fluksio.errors import OutputNotFound
 from fluksio.store.nodes import artifacts_of
-from fluksio.store.runs import node_rows
-from tests.integration import codec_flows as flows
+from fluksio.store.run_rows import node_rows
+from tests.integration.support import codec_flows as flows
 
 pytestmark = pytest.mark.integration
 

@@ -16,15 +16,15 @@ import pandas as pd
 import pytest
 
 from fluksio import Client, RunRecord, RunStatus, Settings
-from tests.integration import codec_flows as flows
-from tests.integration.cluster import Cluster
-from tests.integration.servers import RedisServer, need
+from tests.integration.support import codec_flows as flows
+from tests.integration.support.cluster import Cluster
+from tests.integration.support.servers import RedisServer, need
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 #: Registered by module name: the workers and this process import the very same module (and its codec).
-FLOWS_MODULE = "tests.integration.codec_flows"
+FLOWS_MODULE = "tests.integration.support.codec_flows"
 
 
 class CodecCluster(Cluster):

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from fluksio import Client, RunStatus, Settings, connect
-from tests.integration import codec_flows as flows
-from tests.integration.servers import MotoServer, running_moto
+from tests.integration.support import codec_flows as flows
+from tests.integration.support.servers import MotoServer, running_moto
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from fluksio.errors import ConfigError
 from fluksio.settings import load_settings
 from fluksio.worker.inventory import build_inventory
 from fluksio.worker.profile import load_profile
-from tests.integration.servers import in_ci
+from tests.integration.support.servers import in_ci
 
 REPO = Path(__file__).resolve().parents[2]
 

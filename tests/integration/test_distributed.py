@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from fluksio import Client, RunStatus
-from tests.integration import cluster_flows as flows
-from tests.integration.cluster import Cluster, running_cluster
+from tests.integration.support import cluster_flows as flows
+from tests.integration.support.cluster import Cluster, running_cluster
 
 pytestmark = pytest.mark.integration
 

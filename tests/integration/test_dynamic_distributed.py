@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from fluksio import Client, RunStatus
-from tests.integration import cluster_flows as flows
-from tests.integration.cluster import Cluster, running_cluster
-from tests.integration.servers import alive, wait_for
+from tests.integration.support import cluster_flows as flows
+from tests.integration.support.cluster import Cluster, running_cluster
+from tests.integration.support.servers import alive, wait_for
 from tests.integration.test_distributed import max_overlap
 
 pytestmark = pytest.mark.integration

@@ -17,8 +17,8 @@ from fluksio import RunStatus, connect
 from fluksio.cache.keys import cache_key
 from fluksio.cache.lookup import lookup
 from fluksio.flows.source import code_digest
-from tests.integration.cluster import Cluster
-from tests.integration.servers import RedisServer
+from tests.integration.support.cluster import Cluster
+from tests.integration.support.servers import RedisServer
 
 pytestmark = pytest.mark.integration
 

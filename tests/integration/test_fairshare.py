@@ -1,6 +1,6 @@
 """Sharing machines fairly, with real processes: a redis-server, `fluksio worker`s (one with a GPU, three
 sharing a pool of licenses), a driver worker, and this test process as the client. Nodes leave marks
-(tests/integration/fairshare_flows.py) that say when and where each call ran."""
+(tests/integration/support/fairshare_flows.py) that say when and where each call ran."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from fluksio import Client, RunStatus, connect
 from fluksio.client import RunHandle
-from tests.integration import fairshare_flows as flows
-from tests.integration.cluster import Cluster, running_cluster
-from tests.integration.servers import wait_for
+from tests.integration.support import fairshare_flows as flows
+from tests.integration.support.cluster import Cluster, running_cluster
+from tests.integration.support.servers import wait_for
 from tests.integration.test_distributed import max_overlap
 
 pytestmark = pytest.mark.integration

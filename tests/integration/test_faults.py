@@ -17,9 +17,9 @@ from fluksio import Client, RunStatus
 from fluksio.client import RunHandle
 from fluksio.store.models import RunMetric, RunNode
 from tests.conftest import Compass
-from tests.integration import cluster_flows as flows
-from tests.integration.cluster import Cluster
-from tests.integration.servers import PostgresServer, RedisServer, wait_for
+from tests.integration.support import cluster_flows as flows
+from tests.integration.support.cluster import Cluster
+from tests.integration.support.servers import PostgresServer, RedisServer, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -126,7 +126,7 @@ SUBMITTER = """
 import json, sys
 from fluksio import Settings, connect
 sys.path.insert(0, sys.argv[2])
-from tests.integration import cluster_flows as flows
+from tests.integration.support import cluster_flows as flows
 settings = Settings(**json.loads(sys.argv[1]))
 with connect(settings) as client:
     ids = [client.submit(flows.tiny, {"i": int(sys.argv[3]) * 100 + k}).id for k in range(25)]

@@ -33,7 +33,7 @@ from fluksio.errors import BrokerUnavailable, ConfigError, StoreUnavailable
 from fluksio.outage import LOGGER
 from fluksio.runtime import check_installation
 from fluksio.settings import Settings
-from tests.integration.servers import RedisServer, free_port
+from tests.integration.support.servers import RedisServer, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from fluksio import RunStatus
-from tests.integration import cluster_flows as flows
-from tests.integration.cluster import Cluster, running_cluster
-from tests.integration.servers import free_port, in_ci, need
+from tests.integration.support import cluster_flows as flows
+from tests.integration.support.cluster import Cluster, running_cluster
+from tests.integration.support.servers import free_port, in_ci, need
 
 pytestmark = pytest.mark.integration
 

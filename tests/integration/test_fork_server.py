@@ -20,11 +20,11 @@ from fluksio.schemas import Grant
 from fluksio.store.db import Database
 from fluksio.store.metrics import read_metrics
 from fluksio.store.models import Run
-from fluksio.store.runs import insert_run, utcnow
+from fluksio.store.run_rows import insert_run, utcnow
 
 pytestmark = pytest.mark.integration
 
-FLOWS = Path(__file__).with_name("gpu_flows.py")
+FLOWS = Path(__file__).parent / "support" / "gpu_flows.py"
 
 
 def call_of(flow: str, node: str, inputs: dict | None = None, digest: str | None = None) -> NodeCall:

@@ -18,7 +18,7 @@ from fluksio.placement.placer import Request
 from fluksio.runtime import Runtime
 from fluksio.schemas import Grant, Inventory, Resources
 from fluksio.settings import Settings
-from tests.integration.servers import RedisServer
+from tests.integration.support.servers import RedisServer
 
 pytestmark = pytest.mark.integration
 

@@ -22,10 +22,10 @@ import pytest
 from fluksio import Artifact, Client, Flow, RunRejected, RunStatus, Settings, connect
 from fluksio.artifacts import ObjectArtifactStore, open_store
 from fluksio.errors import ArtifactError, ConfigError
-from tests.integration import object_store_flows
-from tests.integration.cluster import Cluster
-from tests.integration.servers import MotoServer, RedisServer, free_port, running_moto
-from tests.integration.stall_proxy import StallingProxy
+from tests.integration.support import object_store_flows
+from tests.integration.support.cluster import Cluster
+from tests.integration.support.servers import MotoServer, RedisServer, free_port, running_moto
+from tests.integration.support.stall_proxy import StallingProxy
 
 pytestmark = pytest.mark.integration
 
@@ -209,7 +209,7 @@ def test_a_2_gb_file_is_stored_and_read_back_with_flat_memory(moto: MotoServer, 
     most 64 MB (measured by the kernel's high-water mark, in a process of its own)."""
     size = 2 << 30
     env = cli_env(tmp_path, url, FLUKSIO_ARTIFACTS_CACHE=str(tmp_path / "cache"))
-    probe = subprocess.run([sys.executable, str(Path(__file__).with_name("artifact_rss.py")),
+    probe = subprocess.run([sys.executable, str(Path(__file__).parent / "support" / "artifact_rss.py"),
                             str(tmp_path / "checkpoint.bin"), str(size)], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=900)
     assert probe.returncode == 0, probe.stderr[-3000:]

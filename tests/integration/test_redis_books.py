@@ -22,7 +22,7 @@ from fluksio.placement.placer import Placer, Request, Waiting
 from fluksio.placement.redis import RedisBooks, heard
 from fluksio.placement.turns import Why
 from fluksio.schemas import DevicePolicy, Grant, Inventory, Resources
-from tests.integration.servers import RedisServer
+from tests.integration.support.servers import RedisServer
 from tests.unit.placement import test_placer, test_turns
 
 pytestmark = pytest.mark.integration
@@ -262,7 +262,7 @@ def test_driver_processes_racing_for_a_freed_gpu_get_it_in_their_turns(connect, 
     drivers = []
     try:
         for call_id, priority in calls:  # one process each, listing its call in this order (so by age)
-            drivers.append(subprocess.Popen([sys.executable, "-m", "tests.integration.placer_driver",
+            drivers.append(subprocess.Popen([sys.executable, "-m", "tests.integration.support.placer_driver",
                                              redis_server.url, call_id, str(priority)], cwd=ROOT))
             assert books.redis.blpop(["ready"], timeout=60) == (b"ready", call_id.encode())
         for call_id, _priority in calls:

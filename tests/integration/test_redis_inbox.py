@@ -10,7 +10,7 @@ import redis
 from fluksio.broker.inbox.base import WAKE_UP
 from fluksio.broker.inbox.redis import RedisInbox
 from fluksio.messages import Completion, MadeArtifact
-from tests.integration.servers import RedisServer
+from tests.integration.support.servers import RedisServer
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from sqlalchemy import update
 
 from fluksio import Client, Flow, RunStatus, Settings, connect
 from fluksio.store.models import Run
-from fluksio.store.runs import claim, utcnow
+from fluksio.store.run_rows import claim, utcnow
 
 pytestmark = pytest.mark.integration
 

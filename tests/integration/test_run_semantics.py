@@ -256,7 +256,7 @@ def test_seed_fills_the_seed_input_unless_a_parameter_gives_it(client: Client) -
     assert [r.params["seed"] for r in records] == [7, 3, 8]
     assert [r.seed for r in records] == [7, 7, 8]
     digests = {run.id: client.runtime.db for run in (filled, given, other)}
-    from fluksio.store.runs import get_run
+    from fluksio.store.run_rows import get_run
 
     assert len({get_run(client.runtime.db, run_id).params_digest for run_id in digests}) == 3
 

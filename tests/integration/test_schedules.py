@@ -22,9 +22,9 @@ from sqlalchemy import update
 from fluksio import Client
 from fluksio.schemas import RunRecord
 from fluksio.store.models import Schedule
-from tests.integration.cluster import Cluster
-from tests.integration.receivers import WebhookReceiver, wait_for
-from tests.integration.servers import RedisServer
+from tests.integration.support.cluster import Cluster
+from tests.integration.support.receivers import WebhookReceiver, wait_for
+from tests.integration.support.servers import RedisServer
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import MetaData, create_engine, select
 
 from fluksio import RunRejected, RunStatus
-from tests.integration import security_flows as flows
-from tests.integration.cluster import FLOWS_FILE, Cluster, running_cluster
-from tests.integration.monitor import Monitored
+from tests.integration.support import security_flows as flows
+from tests.integration.support.cluster import FLOWS_FILE, Cluster, running_cluster
+from tests.integration.support.monitor import Monitored
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ import pytest
 from celery import Celery
 
 from fluksio import RunStatus
-from tests.integration import cluster_flows as flows
-from tests.integration.cluster import Cluster, running_cluster
+from tests.integration.support import cluster_flows as flows
+from tests.integration.support.cluster import Cluster, running_cluster
 
 pytestmark = pytest.mark.integration
 

@@ -25,10 +25,10 @@ from fluksio.security.signatures import load_signer
 from fluksio.store.db import Database
 from fluksio.store.models import RunNode
 from tests.certs import Identity, self_signed, signing_env, store_of
-from tests.integration import cluster_flows as flows
-from tests.integration import security_flows
-from tests.integration.cluster import FLOWS_FILE, Cluster, running_cluster
-from tests.integration.monitor import Monitored
+from tests.integration.support import cluster_flows as flows
+from tests.integration.support import security_flows
+from tests.integration.support.cluster import FLOWS_FILE, Cluster, running_cluster
+from tests.integration.support.monitor import Monitored
 from tests.integration.test_security import arm_call, celery_app, forged_call, wait_for_log
 
 pytestmark = pytest.mark.integration

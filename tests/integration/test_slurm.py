@@ -28,7 +28,7 @@ from fluksio.provisioners.redis_store import RedisRequestStore
 from fluksio.provisioners.request import MachineRequest
 from fluksio.provisioners.slurm import CommandResult, SlurmProvisioner, run_command
 from fluksio.settings import Settings
-from tests.integration.servers import RedisServer, free_port, in_ci, need
+from tests.integration.support.servers import RedisServer, free_port, in_ci, need
 
 pytestmark = pytest.mark.integration
 
@@ -434,7 +434,7 @@ def parked() -> int:
 def test_a_run_requiring_label_cluster_gets_a_slurm_worker(slurm: SlurmCluster, redis_server: RedisServer,
                                                           workdir: Path) -> None:
     from fluksio import RunStatus, connect
-    from tests.integration.cluster import Cluster
+    from tests.integration.support.cluster import Cluster
 
     e2e = workdir / "e2e"
     e2e.mkdir(exist_ok=True)

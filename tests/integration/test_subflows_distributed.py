@@ -9,9 +9,9 @@ import pytest
 
 from fluksio import Client, RunStatus
 from fluksio.schemas import NodeStatus
-from tests.integration import subflow_flows as flows
-from tests.integration.cluster import FLOWS_FILE, Cluster, running_cluster
-from tests.integration.servers import alive, wait_for
+from tests.integration.support import subflow_flows as flows
+from tests.integration.support.cluster import FLOWS_FILE, Cluster, running_cluster
+from tests.integration.support.servers import alive, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,9 @@ import pytest
 
 from fluksio import ConfigError, RunStatus, connect
 from tests.certs import self_signed
-from tests.integration import cluster_flows as flows
-from tests.integration.cluster import Cluster, running_cluster
-from tests.integration.monitor import Monitored
+from tests.integration.support import cluster_flows as flows
+from tests.integration.support.cluster import Cluster, running_cluster
+from tests.integration.support.monitor import Monitored
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from fluksio.broker.transport import Transport
 from fluksio.runtime import Runtime
 from fluksio.settings import Settings
 from fluksio.worker.app import create_app, new_app, send_drive
-from tests.integration.servers import RedisServer
+from tests.integration.support.servers import RedisServer
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ import pytest
 from fluksio import Artifact, Client, RunNotFound, RunStatus, Settings, connect
 from fluksio.store.ids import new_run_id
 from fluksio.store.models import Run
-from fluksio.store.runs import insert_run, utcnow
-from tests.integration import ui_flows as flows
-from tests.integration.explorer import UI_FLOWS, Answer, UiProcess, http, ui_env, wait_until
+from fluksio.store.run_rows import insert_run, utcnow
+from tests.integration.support import ui_flows as flows
+from tests.integration.support.explorer import UI_FLOWS, Answer, UiProcess, http, ui_env, wait_until
 from tests.integration.test_flower import proc_listeners
 
 pytestmark = pytest.mark.integration

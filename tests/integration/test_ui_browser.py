@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from fluksio import Client, RunStatus, Settings, connect
-from tests.integration import ui_flows as flows
-from tests.integration.explorer import UI_FLOWS, UiProcess, chromium, click, freeze, screenshot, ui_env, wait_in
+from tests.integration.support import ui_flows as flows
+from tests.integration.support.explorer import UI_FLOWS, UiProcess, chromium, click, freeze, screenshot, ui_env, wait_in
 from tests.integration.test_ui_api import settings_env
 
 pytestmark = pytest.mark.integration
@@ -189,7 +189,7 @@ def test_a_mapped_node_s_elements_are_grouped_under_it_failed_first(setup: Setup
     from fluksio.store.ids import new_run_id
     from fluksio.store.models import Run
     from fluksio.store.nodes import NodeRow, record_nodes
-    from fluksio.store.runs import insert_run, utcnow
+    from fluksio.store.run_rows import insert_run, utcnow
 
     db = setup.client.runtime.db
     parent = setup.client.submit(flows.curves, {"lr": 0.7, "steps": 2}).wait(timeout=60)

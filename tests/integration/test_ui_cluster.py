@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from fluksio import Client, RunStatus
-from tests.integration import cluster_flows as flows
-from tests.integration.cluster import Cluster, running_cluster
-from tests.integration.explorer import UiProcess, chromium, click, freeze, http, screenshot, wait_in, wait_until
+from tests.integration.support import cluster_flows as flows
+from tests.integration.support.cluster import Cluster, running_cluster
+from tests.integration.support.explorer import UiProcess, chromium, click, freeze, http, screenshot, wait_in, wait_until
 from tests.integration.test_flower import FlowerProcess, need_module, wait_consuming
 from tests.integration.test_ui_browser import by_css, row_status
 

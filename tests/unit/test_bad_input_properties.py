@@ -20,7 +20,7 @@ from fluksio.flows.registry import FlowRegistry
 from fluksio.runs.submit import submit_run
 from fluksio.settings import load_settings
 from fluksio.store.db import Database
-from fluksio.store.runs import list_runs
+from fluksio.store.run_rows import list_runs
 from tests.conftest import Compass
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -88,7 +88,7 @@ def read_imports(root: Path, path: Path, modules: set[str]) -> Imports:
                 if child.level:
                     base = ".".join(package.split(".")[:len(package.split(".")) - child.level + 1] + ([base] if base
                                                                                                        else []))
-                # ``from fluksio.store import runs`` imports the module fluksio.store.runs.
+                # ``from fluksio.store import run_rows`` imports the module fluksio.store.run_rows.
                 names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in child.names]
             (lazy if nested else eager).update(names)
             visit(child, nested)
@@ -231,9 +231,9 @@ def test_an_import_for_type_checkers_only_does_not_count(tmp_path: Path) -> None
 
 
 def test_an_import_pointing_up_the_layout_is_caught(tmp_path: Path) -> None:
-    root = synthetic(tmp_path, {"store/runs.py": "from fluksio.client import connect\n", "client.py": ""})
+    root = synthetic(tmp_path, {"store/run_rows.py": "from fluksio.client import connect\n", "client.py": ""})
     assert upward_imports(scan(root)) == [
-        "fluksio.store.runs imports fluksio.client (client is not below store)"]
+        "fluksio.store.run_rows imports fluksio.client (client is not below store)"]
 
 
 def test_siblings_importing_each_other_are_caught(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from fluksio.driver.dispatching import Dispatcher
 from fluksio.driver.drive import drive
 from fluksio.runs.submit import submit_run
 from fluksio.schemas import RunStatus
-from fluksio.store.runs import get_run
+from fluksio.store.run_rows import get_run
 from tests.unit.driver.test_drive_rows import chain, drive_instantly
 
 

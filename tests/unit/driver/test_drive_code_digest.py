@@ -23,7 +23,7 @@ from fluksio.messages import NodeCall
 from fluksio.runs.submit import submit_run
 from fluksio.runtime import Runtime
 from fluksio.schemas import RunStatus
-from fluksio.store.runs import get_run, node_rows
+from fluksio.store.run_rows import get_run, node_rows
 
 FLOW_FILE = """
 from fluksio import Flow

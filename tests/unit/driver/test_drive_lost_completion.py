@@ -9,7 +9,7 @@ from fluksio.broker.inbox.base import WAKE_UP
 from fluksio.broker.inbox.memory import MemoryInbox
 from fluksio.messages import Completion, InboxMessage, NodeCall
 from fluksio.runtime import Runtime
-from fluksio.store.runs import get_run, node_rows
+from fluksio.store.run_rows import get_run, node_rows
 from tests.unit.driver.test_drive_rows import answer, drive_with, hop
 
 

@@ -10,7 +10,7 @@ from fluksio import Flow
 from fluksio.driver.drive import drive
 from fluksio.messages import NodeCall
 from fluksio.runs.submit import submit_run
-from fluksio.store.runs import get_run, load_record
+from fluksio.store.run_rows import get_run, load_record
 from tests.unit.driver.test_drive_retries import answer
 from tests.unit.driver.test_drive_rows import drive_with
 

@@ -12,7 +12,7 @@ from fluksio.driver.drive import drive
 from fluksio.messages import Cancel, Completion, InboxMessage, NodeCall
 from fluksio.runs.submit import submit_run
 from fluksio.store.models import Run
-from fluksio.store.runs import get_run, node_rows
+from fluksio.store.run_rows import get_run, node_rows
 from tests.unit.driver.test_drive_rows import hop
 
 

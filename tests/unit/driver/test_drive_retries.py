@@ -16,7 +16,7 @@ from fluksio.driver.retrying import backoff_s, matches
 from fluksio.flows.node import error_types
 from fluksio.messages import Completion, NodeCall
 from fluksio.runtime import Runtime
-from fluksio.store.runs import get_run, load_record
+from fluksio.store.run_rows import get_run, load_record
 from tests.unit.driver.test_drive_rows import drive_with
 
 
@@ -155,7 +155,7 @@ def test_a_retry_that_did_not_run_out_of_memory_asks_for_the_same(make_runtime):
 
 def test_a_cancel_while_a_retry_backs_off_cancels_it_at_once(make_runtime):
     from fluksio.messages import Cancel
-    from fluksio.store.runs import request_cancel
+    from fluksio.store.run_rows import request_cancel
 
     runtime = make_runtime(cpus=1)
     calls: list[NodeCall] = []

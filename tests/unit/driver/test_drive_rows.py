@@ -21,7 +21,7 @@ from fluksio.messages import Completion, NodeCall
 from fluksio.runs.submit import submit_run
 from fluksio.runtime import Runtime
 from fluksio.store.models import RunNode
-from fluksio.store.runs import get_run, node_rows
+from fluksio.store.run_rows import get_run, node_rows
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from fluksio.schemas import RunStatus
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
 from fluksio.store.models import Run
-from fluksio.store.runs import claim, get_run, insert_run, utcnow
+from fluksio.store.run_rows import claim, get_run, insert_run, utcnow
 
 
 def running_run_with_a_dead_driver(db: Database, flow: str = "train") -> str:

@@ -9,7 +9,7 @@ from fluksio.artifacts.local import LocalArtifactStore
 from fluksio.errors import RunRejected
 from fluksio.flows.registry import FlowRegistry
 from fluksio.runs.submit import submit_run
-from fluksio.store.runs import list_runs
+from fluksio.store.run_rows import list_runs
 
 
 def licensed(pool: str) -> Flow:

@@ -7,7 +7,7 @@ from fluksio.schemas import RunStatus
 from fluksio.store.db import Database
 from fluksio.store.nodes import record_nodes
 from fluksio.store.rows import NodeRow
-from fluksio.store.runs import call_refusal, cancel_requested, claim, finish, request_cancel
+from fluksio.store.run_rows import call_refusal, cancel_requested, claim, finish, request_cancel
 from tests.unit.store.test_store import new_run
 
 

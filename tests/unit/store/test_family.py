@@ -11,7 +11,7 @@ from fluksio.store import family
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
 from fluksio.store.models import Run
-from fluksio.store.runs import claim, finish, get_run, insert_run, request_cancel, utcnow
+from fluksio.store.run_rows import claim, finish, get_run, insert_run, request_cancel, utcnow
 
 
 def running_parent(db: Database) -> Run:

@@ -14,7 +14,7 @@ from fluksio.store.ids import new_run_id
 from fluksio.store.metrics import read_metrics, upsert_metrics
 from fluksio.store.models import Base, Run, RunArtifact, RunNode
 from fluksio.store.nodes import NodeRow, artifact_values, artifacts_of, node_values, record_nodes
-from fluksio.store.runs import (
+from fluksio.store.run_rows import (
     claim,
     finish,
     get_run,
@@ -364,7 +364,7 @@ def test_abandon_stale_takes_only_runs_whose_lease_is_old(db):
     from sqlalchemy import update
 
     from fluksio.store.models import Run
-    from fluksio.store.runs import abandon_stale, utcnow
+    from fluksio.store.run_rows import abandon_stale, utcnow
 
     old, fresh, queued = new_run(db), new_run(db), new_run(db)
     claim(db, old.id, None)
@@ -380,7 +380,7 @@ def test_abandon_stale_takes_only_runs_whose_lease_is_old(db):
 
 def test_resume_requeues_a_failed_run_and_records_from_what(db):
     from fluksio.errors import RunRejected
-    from fluksio.store.runs import resume
+    from fluksio.store.run_rows import resume
 
     run = new_run(db)
     claim(db, run.id, None)
@@ -398,7 +398,7 @@ def test_resume_requeues_a_failed_run_and_records_from_what(db):
 
 
 def test_a_driver_that_lost_its_run_to_a_resume_can_no_longer_write_to_it(db):
-    from fluksio.store.runs import abandon_stale, resume, set_reason
+    from fluksio.store.run_rows import abandon_stale, resume, set_reason
 
     run = new_run(db)
     old_epoch = claim(db, run.id, None)
@@ -407,7 +407,7 @@ def test_a_driver_that_lost_its_run_to_a_resume_can_no_longer_write_to_it(db):
     from sqlalchemy import update
 
     from fluksio.store.models import Run
-    from fluksio.store.runs import utcnow
+    from fluksio.store.run_rows import utcnow
 
     with db.write() as session:
         session.execute(update(Run).where(Run.id == run.id).values(lease_at=utcnow() - timedelta(minutes=5)))
@@ -428,7 +428,7 @@ def test_stale_queued_runs_are_found_once(db):
     from sqlalchemy import update
 
     from fluksio.store.models import Run
-    from fluksio.store.runs import stale_queued, touch_queued, utcnow
+    from fluksio.store.run_rows import stale_queued, touch_queued, utcnow
 
     lost, held, _fresh, foreign = new_run(db), new_run(db), new_run(db), new_run(db, flow="elsewhere")
     with db.write() as session:
@@ -451,7 +451,7 @@ def age_lease(db, run_id: str, seconds: float) -> None:
 
 
 def test_requeue_stale_resumes_stale_runs_of_the_given_flows_without_abandoning_them(db):
-    from fluksio.store.runs import abandon_stale, requeue_stale
+    from fluksio.store.run_rows import abandon_stale, requeue_stale
 
     mine, foreign, cancelling, fresh = (new_run(db), new_run(db, flow="elsewhere"), new_run(db), new_run(db))
     for run in (mine, foreign, cancelling, fresh):
@@ -472,7 +472,7 @@ def test_requeue_stale_resumes_stale_runs_of_the_given_flows_without_abandoning_
 
 
 def test_requeue_handed_over_needs_the_drivers_epoch(db):
-    from fluksio.store.runs import requeue_handed_over
+    from fluksio.store.run_rows import requeue_handed_over
 
     run = new_run(db)
     epoch = claim(db, run.id, None)
@@ -674,7 +674,7 @@ def test_a_write_on_a_connection_whose_sqlite_handle_was_closed_goes_through_on_
 
 
 def test_a_run_resumed_by_hand_is_not_taken_for_a_lost_hand_over(db):
-    from fluksio.store.runs import abandon_stale, resume, stale_queued
+    from fluksio.store.run_rows import abandon_stale, resume, stale_queued
 
     run = new_run(db)
     claim(db, run.id, None)

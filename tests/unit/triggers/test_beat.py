@@ -14,7 +14,7 @@ from sqlalchemy import update
 
 from fluksio import Flow, Settings
 from fluksio.runtime import Runtime
-from fluksio.store import runs as run_rows
+from fluksio.store import run_rows
 from fluksio.store.models import Schedule
 from fluksio.store.schedules import get_schedule, set_paused
 from fluksio.triggers.beat import TableScheduler

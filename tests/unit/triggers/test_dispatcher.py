@@ -14,7 +14,7 @@ from fluksio.schemas import RunStatus
 from fluksio.store import alerts as alert_rows
 from fluksio.store.db import Database
 from fluksio.store.models import Run
-from fluksio.store.runs import insert_run, utcnow
+from fluksio.store.run_rows import insert_run, utcnow
 from fluksio.triggers.alerts import AlertDispatcher
 from fluksio.triggers.delivery import DeliveryFailed
 from fluksio.triggers.rules import AlertRule, parse_rules

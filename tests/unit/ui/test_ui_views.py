@@ -13,7 +13,7 @@ from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
 from fluksio.store.models import Run
 from fluksio.store.nodes import NodeRow, record_nodes
-from fluksio.store.runs import insert_run, load_record, utcnow
+from fluksio.store.run_rows import insert_run, load_record, utcnow
 from fluksio.ui.views import (
     compare_rows,
     epoch_of,

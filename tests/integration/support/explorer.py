@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.servers import free_port, in_ci, need
+from tests.integration.support.servers import free_port, in_ci, need
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 #: Screenshots of each page, kept for people to look at (ignored by git).
 ARTIFACTS = REPO / "test-artifacts"
 UI_FLOWS = Path(__file__).with_name("ui_flows.py")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from tests.integration.servers import free_port
+from tests.integration.support.servers import free_port
 
 
 class StallingProxy:

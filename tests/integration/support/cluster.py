@@ -14,7 +14,7 @@ from pathlib import Path
 import redis
 
 from fluksio import Client, Settings, connect
-from tests.integration.servers import RedisServer
+from tests.integration.support.servers import RedisServer
 
 FLOWS_FILE = Path(__file__).with_name("cluster_flows.py")
 #: Settings a test may give the installation through ``env`` that its clients here use too.

@@ -1,6 +1,6 @@
 """A stand-in for a driver process, for test_redis_books: it claims one call on the shared Redis books.
 
-    python -m tests.integration.placer_driver REDIS_URL CALL_ID PRIORITY
+    python -m tests.integration.support.placer_driver REDIS_URL CALL_ID PRIORITY
 
 It lists its call as waiting (one claim), says so on ``ready``, waits for ``go``, then claims again each
 time the books announce a change, as a driver does when woken. Once granted it appends its call id to

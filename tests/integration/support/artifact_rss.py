@@ -1,6 +1,6 @@
 """Peak memory of storing and reading back one large artifact through the configured store (a child process).
 
-    python tests/integration/artifact_rss.py FILE SIZE_BYTES   (settings from FLUKSIO_* variables)
+    python tests/integration/support/artifact_rss.py FILE SIZE_BYTES   (settings from FLUKSIO_* variables)
 
 Makes FILE a sparse file of SIZE_BYTES with a little data at each end (so no disk is spent on it), then
 prints one JSON line: the resident set before each step, the peak growth while ``Artifact.from_path``

@@ -1,6 +1,6 @@
 """Flows whose nodes pass typed values: arrays, frames, models, dataclasses, enums and a user's codec.
 
-Workers register them through ``FLUKSIO_FLOWS=tests.integration.codec_flows``; the embedded tests use them
+Workers register them through ``FLUKSIO_FLOWS=tests.integration.support.codec_flows``; the embedded tests use them
 directly. The producing nodes ask for a machine labelled ``alpha``, the receiving ones for ``beta``
 (``prefer``: the embedded machine, which carries neither, runs both), so on the cluster every value
 crosses from one worker process to another.

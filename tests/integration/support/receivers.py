@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.integration.servers import wait_for  # noqa: F401  (re-exported: the alert and schedule tests wait with it)
+from tests.integration.support.servers import wait_for  # noqa: F401  (re-exported: the alert and schedule tests wait with it)
 
 
 @dataclass

@@ -1,21 +1,22 @@
-"""One node call: run the function with its inputs, capture its logs and outputs, report to the driver.
+"""One node call on a worker: admit it, run it, and report how it ended to its driver.
 
-Whatever the node does — raise, return the wrong shape, return something that
-is not JSON, run past its timeout — ends as an ``error`` completion for that
-node. Nothing it does reaches the worker or the store as an exception.
+Admitting makes sure this delivery of the call's message is the one that may
+run it (:func:`admit`); running it happens in this process or in a child on its
+GPUs (:func:`run_admitted`, with :mod:`fluksio.execution.run_here` doing the
+function's part). Whatever the node does — raise, return the wrong shape,
+return something that is not JSON, run past its timeout — ends as an ``error``
+completion for that node. Nothing it does reaches the worker or the store as an
+exception.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import traceback
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from fluksio.artifacts.artifact import REF_KEY, Artifact, find_refs
-from fluksio.artifacts.store import ArtifactStore
 from fluksio.errors import (
     ArtifactError,
     BrokerUnavailable,
@@ -25,18 +26,12 @@ from fluksio.errors import (
     StoreUnavailable,
 )
 from fluksio.execution import handoff, interrupt
-from fluksio.execution.capture import capture_output
-from fluksio.execution.emitter import Emitter
 from fluksio.execution.isolated import run_in_child
-from fluksio.execution.ran import Ran
-from fluksio.execution.secrets import carried, hidden, redact, secret_inputs
-from fluksio.execution.secrets import resolve as resolve_secret
-from fluksio.execution.values import encode, receive
+from fluksio.execution.run_here import run_node_here
+from fluksio.execution.secrets import secret_inputs
 from fluksio.execution.warm import StartOnGpus
 from fluksio.failures import redis_outage
 from fluksio.flows.flow import Flow
-from fluksio.flows.node import NodeSpec, error_types
-from fluksio.flows.secret import NAME as SECRET_NAME
 from fluksio.flows.source import short
 from fluksio.messages import Completion, MadeArtifact, NodeCall
 from fluksio.runtime import Runtime
@@ -44,10 +39,14 @@ from fluksio.store.run_rows import call_refusal
 
 log = logging.getLogger(__name__)
 
-#: What a row's error starts with when its call ran out of memory.
-OUT_OF_MEMORY = "out of memory: "
-#: The error types of a call that ran past its ``timeout_s`` (``retry_on=(TimeoutError,)`` retries it).
-TIMED_OUT = error_types(TimeoutError())
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A call this delivery may run: its grant is marked started here, and it must now be settled."""
+
+    call: NodeCall
+    flow: Flow
+    #: When the worker took it: ISO 8601, UTC.
+    started: str
 
 
 def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_in_child) -> None:
@@ -59,11 +58,25 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
     in a process of its own that sees only them: ``start_on_gpus`` starts it (a fresh interpreter, unless
     the worker has a fork server: fluksio/execution/warm.py).
     """
+    admitted = admit(runtime, wire)
+    if admitted is not None:
+        run_admitted(runtime, admitted, start_on_gpus)
+
+
+def admit(runtime: Runtime, wire: Any) -> Admitted | None:
+    """The call ``wire`` describes, once this delivery is the one that may run it; ``None`` when it must not run.
+
+    A message that is not a node call, a signed copy sent again, and a second delivery of a call that runs
+    already are dropped without a word to the driver (they are not the call's, or the call is someone
+    else's to settle). A call whose flow this worker refuses is settled here as an error. Raises
+    :class:`~fluksio.errors.CallNotStarted` when the store or the broker is out and whether it may run is
+    unknown: its message goes back to its queue (execution/task.py).
+    """
     try:
         call = NodeCall.from_wire(wire)
     except MessageRefused as exc:
         log.error("%s", exc)
-        return
+        return None
     grant = call.grant
     started = datetime.now(timezone.utc).isoformat()
     try:
@@ -73,7 +86,7 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
                 # Signed by someone trusted, but not for now or not for here: a copy sent again. Its grant and
                 # its run belong to the call it copies (or to nobody): nothing is given back, nothing reported.
                 log.error("refusing call %s: %s", call.call_id, refusal)
-                return
+                return None
         flow, flow_refusal = _flow_for(runtime, call)  # only a look: whether this copy may run it is asked next
         # First make sure this delivery is the one that may run the call: a copy that may not (see
         # Books.start) must not give back a grant, nor report an error, for the copy that does.
@@ -83,7 +96,7 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
             "attempt": call.attempt}
         if not handoff.start(runtime, grant, uuid.uuid4().hex, started_event):
             log.warning("dropping call %s: it is running already, or settled, or its grant is void", call.call_id)
-            return
+            return None
     except Exception as exc:
         if not _outage(exc):
             # fluksio itself failed here, and would again on every delivery: the call ends as an error, its
@@ -92,34 +105,46 @@ def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_i
             log.exception("node call %s: checking that it may start failed inside fluksio", call.call_id)
             settle(runtime, call, started=started, status="error",
                    error=f"fluksio could not check that the call may start: {type(exc).__name__}: {exc}")
-            return
+            return None
         # Whether this delivery may run the call is unknown: neither run it nor give back a grant that may be
         # another delivery's. Its message goes back to its queue (execution/task.py) for when the store is back.
         raise CallNotStarted(f"call {call.call_id}: could not check that it may start: {type(exc).__name__}: "
                              f"{exc}") from exc
     if flow is None:
         settle(runtime, call, started=started, status="error", error=flow_refusal)
-        return
+        return None
+    return Admitted(call, flow, started)
+
+
+def run_admitted(runtime: Runtime, admitted: Admitted, start_on_gpus: StartOnGpus = run_in_child) -> None:
+    """Run an admitted call — on its GPUs in a child of its own, or in this process — and settle it."""
+    call = admitted.call
     try:
-        node = flow.nodes.get(call.node)
+        node = admitted.flow.nodes.get(call.node)
         if node is None:
             raise NodeFailed(f"flow {call.flow!r} has no node {call.node!r} on this worker")
-        if grant.gpus:
-            ran = start_on_gpus(call, grant.gpus, node.timeout_s)
+        if call.grant.gpus:
+            ran = start_on_gpus(call, call.grant.gpus, node.timeout_s)
         else:
-            ran = run_node_here(runtime, node, call, secrets=secret_inputs(flow))
-        settle(runtime, call, started=started, status="ok", outputs=ran.outputs, artifacts=ran.artifacts, logs=ran.logs)
-    except NodeFailed as exc:
-        settle(runtime, call, started=started, status="error", error=str(exc), logs=exc.logs,
-               error_types=exc.error_types, oom=exc.oom)
-    except interrupt.CallCancelled:
-        settle(runtime, call, started=started, status="error", error="cancelled while running")
-    except ArtifactError as exc:  # the store failed or timed out: this node's error (retried per its retries)
-        settle(runtime, call, started=started, status="error", error=str(exc))
-    except Exception as exc:  # anything else fluksio itself got wrong must still end the call
-        log.exception("node call %s failed inside fluksio", call.call_id)
-        settle(runtime, call, started=started, status="error",
-               error=f"fluksio failed to run the node: {type(exc).__name__}: {exc}")
+            ran = run_node_here(runtime, node, call, secrets=secret_inputs(admitted.flow))
+        settle(runtime, call, started=admitted.started, status="ok", outputs=ran.outputs, artifacts=ran.artifacts,
+               logs=ran.logs)
+    except (Exception, interrupt.CallCancelled) as exc:
+        settle(runtime, call, started=admitted.started, status="error", **_failure(call, exc))
+
+
+def _failure(call: NodeCall, exc: BaseException) -> dict[str, Any]:
+    """What a completion says of a call that failed with ``exc``: the node's own failure as it reported it, a
+    cancel, the artifact store's failure (this node's, retried per its retries), or fluksio's own bug."""
+    if isinstance(exc, NodeFailed):
+        return {"error": str(exc), "logs": exc.logs, "error_types": exc.error_types, "oom": exc.oom}
+    if isinstance(exc, interrupt.CallCancelled):
+        return {"error": "cancelled while running"}
+    if isinstance(exc, ArtifactError):
+        return {"error": str(exc)}
+    # Anything else fluksio itself got wrong must still end the call.
+    log.error("node call %s failed inside fluksio", call.call_id, exc_info=exc)
+    return {"error": f"fluksio failed to run the node: {type(exc).__name__}: {exc}"}
 
 
 def _outage(exc: Exception) -> bool:
@@ -191,144 +216,3 @@ def settle(runtime: Runtime, call: NodeCall, *, started: str | None, status: Lit
 def _storable(text: str | None) -> str | None:
     """PostgreSQL's text cannot hold NUL characters."""
     return text.replace("\x00", "\\0") if text is not None else None
-
-
-def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout: bool = True,
-                  secrets: frozenset[str] = frozenset()) -> Ran:
-    """Run the node in this process; returns its encoded outputs, the artifacts it made, and its logs.
-
-    ``secrets``: the messages that are the flow's ``Secret`` inputs (their value in the call is a name, which
-    is resolved here; what the node logs and returns is kept free of the values: fluksio/execution/secrets.py).
-    """
-    store = runtime.artifacts
-    # By name: a message that was skipped upstream is left out, and its parameter takes its default.
-    kwargs = {param: receive(node, param, m, call.inputs[m], store)
-              for param, m in zip(node.params or node.requires, node.requires) if m in call.inputs and m not in secrets}
-    held = _secret_arguments(runtime, node, call, secrets)
-    kwargs.update(held)
-    with hidden(s.value for s in held.values()) as values:
-        return _run(runtime, node, call, kwargs, use_timeout, values)
-
-
-def _secret_arguments(runtime: Runtime, node: NodeSpec, call: NodeCall, secrets: frozenset[str]) -> dict[str, Any]:
-    """The node's ``Secret`` arguments, by parameter, resolved on this worker (:class:`NodeFailed` if it lacks one)."""
-    found: dict[str, Any] = {}
-    for param, message in zip(node.params or node.requires, node.requires):
-        if message in secrets and message in call.inputs:
-            name = call.inputs[message]
-            if not isinstance(name, str) or not SECRET_NAME.match(name):
-                raise NodeFailed(f"input {message!r} of node {node.name!r} is a Secret, and the call names none")
-            found[param] = resolve_secret(name, runtime.settings, runtime.machine, node.name)
-    return found
-
-
-def _run(runtime: Runtime, node: NodeSpec, call: NodeCall, kwargs: dict[str, Any], use_timeout: bool,
-         secrets: frozenset[str]) -> Ran:
-    emitter = Emitter(runtime.db, node, call)
-    if node.takes_emit:
-        kwargs["emit"] = emitter.emit
-    outcome = _call(node, call, kwargs, runtime.settings.log_limit_chars, secrets, use_timeout)
-    logs = outcome.get("logs", "")
-    try:
-        emitter.flush()
-        if "error" in outcome:
-            failure = failure_of(outcome["error"])
-            raise NodeFailed(redact(str(failure), secrets) or "failed", error_types=failure.error_types,
-                             oom=failure.oom)
-        encoded = _encode(node, outcome.get("value"), emitter.streamed, runtime.artifacts)
-        if secrets and carried(encoded, secrets):
-            raise NodeFailed(f"node {node.name!r} put the value of a secret into its outputs, which would store it in "
-                             "the run's rows: a secret's value stays inside the node that received it")
-    except NodeFailed as failure:
-        failure.logs = logs
-        raise
-    except ArtifactError as exc:
-        # Storing an output failed (the store is unreachable, timed out, refused it): this node failed, and
-        # its retries decide what happens next, never the driver.
-        raise NodeFailed(f"node {node.name!r} could not store its outputs: {exc}", logs=logs) from None
-    artifacts = tuple(
-        MadeArtifact(message=m, digest=body["digest"], size=body["size"],
-                     media_type=body.get("media_type") or "application/octet-stream", name=body.get("name"),
-                     codec=body.get("codec"))
-        for m, value in encoded.items() for body in (ref[REF_KEY] for ref in find_refs(value))
-    )
-    return Ran(encoded, artifacts, logs)
-
-
-def _call(node: NodeSpec, call: NodeCall, kwargs: dict[str, Any], limit: int, secrets: frozenset[str],
-          use_timeout: bool) -> dict[str, Any]:
-    """Call the node's function, capturing what it prints: ``{"value": …}`` or ``{"error": exc}``, and ``"logs"``."""
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        with capture_output(limit, hide=secrets) as captured:
-            interrupt.running(call.call_id)
-            try:
-                outcome["value"] = node.fn(**kwargs)
-            except BaseException as exc:  # noqa: BLE001 - the node's failure is data, reported below
-                outcome["error"] = exc
-                captured.write(traceback.format_exc())
-            finally:
-                interrupt.finished(call.call_id)
-                outcome["logs"] = captured.text
-
-    if node.timeout_s is None or not use_timeout:
-        target()
-        return outcome
-    # A thread cannot be killed; the call is reported as timed out and its grant is returned while the
-    # abandoned thread finishes on its own.
-    runner = threading.Thread(target=target, name=f"fluksio-node-{node.name}", daemon=True)
-    runner.start()
-    runner.join(node.timeout_s)
-    if runner.is_alive():
-        interrupt.interrupt(call.call_id)  # stop it at its next Python instruction
-        raise NodeFailed(f"node {node.name!r} timed out after {node.timeout_s:g} s", logs=outcome.get("logs"),
-                         error_types=TIMED_OUT)
-    return outcome
-
-
-def _encode(node: NodeSpec, value: Any, streamed: dict[str, Any], store: ArtifactStore) -> dict[str, Any]:
-    """The node's outputs (and the last value of each streamed message) as JSON, codec values stored."""
-    made: list[Artifact] = []
-    encoded = {m: encode(v, store, made, f"message {m!r} of node {node.name!r}", m)
-               for m, v in _shape_outputs(node, value).items()}
-    for message in node.streams:
-        encoded[message] = encode(streamed.get(message), store, made,
-                                  f"streamed message {message!r} of node {node.name!r}", message)
-    return encoded
-
-
-def _shape_outputs(node: NodeSpec, value: Any) -> dict[str, Any]:
-    if not node.provides:
-        return {}
-    if len(node.provides) == 1:
-        return {node.provides[0]: value}
-    if not isinstance(value, dict):
-        raise NodeFailed(
-            f"node {node.name!r} provides {', '.join(node.provides)} and must return a dict of them, "
-            f"got {type(value).__name__}"
-        )
-    missing = [m for m in node.provides if m not in value]
-    extra = [k for k in value if k not in node.provides]
-    if missing or extra:
-        problems = []
-        if missing:
-            problems.append(f"missing {', '.join(map(repr, missing))}")
-        if extra:
-            problems.append(f"undeclared {', '.join(map(repr, extra))}")
-        raise NodeFailed(f"node {node.name!r} returned a dict with {' and '.join(problems)}")
-    return dict(value)
-
-
-def failure_of(exc: BaseException) -> NodeFailed:
-    """The node raised ``exc``: its failure, with the exception's class names, and whether memory ran out."""
-    oom = isinstance(exc, MemoryError)
-    return NodeFailed(f"{OUT_OF_MEMORY}{_describe(exc)}" if oom else _describe(exc), error_types=error_types(exc),
-                      oom=oom)
-
-
-def _describe(exc: BaseException) -> str:
-    """``ValueError: boom (at train.py:12 in fit)``: the error and the innermost frame that raised it."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}"

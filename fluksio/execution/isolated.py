@@ -23,7 +23,10 @@ from typing import Literal
 
 from fluksio.errors import NodeFailed
 from fluksio.execution.ran import Ran
+from fluksio.execution.run_here import run_node_here
+from fluksio.execution.secrets import secret_inputs
 from fluksio.flows.node import error_types
+from fluksio.flows.source import short
 from fluksio.messages import Completion, NodeCall
 from fluksio.runtime import Runtime
 
@@ -87,10 +90,6 @@ def run_reported(runtime: Runtime, call: NodeCall) -> Completion:
     A call claimed with other code than this process loaded is refused: the child imported the flow's files
     (or its fork server did) after its worker did, and they changed in between.
     """
-    from fluksio.execution.call import run_node_here
-    from fluksio.execution.secrets import secret_inputs
-    from fluksio.flows.source import short
-
     def report(status: Literal["ok", "error"], ran: Ran | None = None, error: str | None = None,
                logs: str | None = None, failed: NodeFailed | None = None) -> Completion:
         return Completion(call_id=call.call_id, node=call.node, index=call.index, attempt=call.attempt, status=status,

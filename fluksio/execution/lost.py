@@ -18,7 +18,8 @@ from celery.signals import task_failure
 
 from fluksio.constants import CALL_TASK
 from fluksio.errors import MessageRefused
-from fluksio.execution.call import OUT_OF_MEMORY, settle
+from fluksio.execution.call import settle
+from fluksio.execution.run_here import OUT_OF_MEMORY
 from fluksio.flows.node import error_types
 from fluksio.messages import NodeCall
 from fluksio.runtime import Runtime

@@ -160,6 +160,37 @@ def celery_outside_its_areas(graph: dict[str, Imports]) -> list[str]:
             for library in sorted({name.split(".")[0] for name in imports.eager | imports.lazy} & {"celery", "kombu"})]
 
 
+def import_cycles(graph: dict[str, Imports]) -> list[list[str]]:
+    """Groups of modules that import each other, directly or around a loop, lazy imports included: an import
+    inside a function only hides a cycle from the interpreter, not from the reader (Tarjan's algorithm)."""
+    edges = {module: sorted(t for t in imports.eager | imports.lazy if t in graph and t != module)
+             for module, imports in graph.items()}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for target in edges[module]:
+            if target not in order:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], order[target])
+        if low[module] == order[module]:
+            group = stack[stack.index(module):]
+            del stack[stack.index(module):]
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(edges):
+        if module not in order:
+            visit(module)
+    return sorted(cycles)
+
+
 def imports_of_libraries(names: frozenset[str] | set[str]) -> set[str]:
     return {name.split(".")[0] for name in names} & FORBIDDEN
 
@@ -184,6 +215,10 @@ def test_the_pure_modules_reach_neither_celery_nor_sql_nor_redis(package: dict[s
 
 def test_only_the_celery_areas_import_celery_or_kombu(package: dict[str, Imports]) -> None:
     assert celery_outside_its_areas(package) == []
+
+
+def test_no_modules_import_each_other(package: dict[str, Imports]) -> None:
+    assert import_cycles(package) == []
 
 
 def test_every_area_of_the_package_has_a_layer(package: dict[str, Imports]) -> None:
@@ -246,3 +281,9 @@ def test_celery_imported_outside_its_areas_is_caught(tmp_path: Path) -> None:
     root = synthetic(tmp_path, {"runs/submit.py": "def send():\n    from kombu import Connection\n",
                                 "broker/transport.py": "import kombu\n"})
     assert celery_outside_its_areas(scan(root)) == ["fluksio.runs.submit imports kombu"]
+
+
+def test_a_cycle_closed_by_an_import_inside_a_function_is_caught(tmp_path: Path) -> None:
+    root = synthetic(tmp_path, {"execution/call.py": "from fluksio.execution.isolated import run_in_child\n",
+                                "execution/isolated.py": "def run():\n    from fluksio.execution.call import run_here\n"})
+    assert import_cycles(scan(root)) == [["fluksio.execution.call", "fluksio.execution.isolated"]]

@@ -36,13 +36,15 @@ class ChildRuns:
         s = self.s
         node, _index = split_unit(unit)
         spec = s.flow.nodes[node]
+        call = spec.subflow
+        assert call is not None  # only a subflow node's calls are started as child runs
         inputs = s.walk.inputs_of(unit)
         params = {name: inputs[message] for name, message in zip(spec.params, spec.requires) if message in inputs}
-        params.update(dict(spec.constants))
+        params.update(dict(call.constants))
         s.walk.start(unit)
         try:
             child, created = submit_run(
-                s.rt.db, s.rt.registry, s.rt.artifacts, spec.subflow, engine=s.engine, params=params, seed=s.seed,
+                s.rt.db, s.rt.registry, s.rt.artifacts, call.flow, engine=s.engine, params=params, seed=s.seed,
                 no_cache=not s.cache.use_cache, idempotency_key=store_family.child_key(s.run_id, unit),
                 priority=s.priority, parent_id=s.run_id, parent_node=unit)
         except FluksioError as exc:  # the child's own checks refused what this call would give it
@@ -90,11 +92,12 @@ class ChildRuns:
 
     def _settle(self, unit: str, child: Run | None, refused: str | None) -> None:
         s = self.s
-        spec = s.flow.nodes[split_unit(unit)[0]]
+        call = s.flow.nodes[split_unit(unit)[0]].subflow
+        assert call is not None  # only a subflow node's calls are child runs
         end = None if child is None else ChildEnd(
             run_id=child.id, status=RunStatus(child.status), reason=child.status_reason, result=child.result or {},
             started_at=child.started_at, finished_at=child.finished_at, cached=self._all_cached(child))
-        row = child_row(s.run_id, unit, s.attempts.get(unit, 1), spec.child_outputs, end, refused)
+        row = child_row(s.run_id, unit, s.attempts.get(unit, 1), call.outputs, end, refused)
         s.journal.add(row, event={"node": unit, "status": row.status, "error": row.error, "child_run": row.child_run})
         if row.status in (NodeStatus.OK.value, NodeStatus.CACHED.value):
             s.walk.complete(unit, row.outputs or {})

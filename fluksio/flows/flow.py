@@ -16,8 +16,9 @@ from fluksio.constants import MAX_NAME_LENGTH
 from fluksio.errors import FlowError
 from fluksio.flows.annotations import adapter_for
 from fluksio.flows.node import (
+    NODE_OPTIONS,
+    NodeOptions,
     NodeSpec,
-    RetryOptions,
     check_identifier,
     make_node,
     refuse_unknown_options,
@@ -139,18 +140,17 @@ class Flow:
         classes or names) retries only those failures; ``escalate_ram=2.0`` asks each retry after running out
         of memory for twice the RAM (up to the largest machine).
         """
+        # The options are spelt out rather than taken as **options so that IDEs and type checkers know them.
+        # NodeOptions is their one list: they are read from the parameters by its field names, and
+        # tests/unit/flows/test_node_options.py holds this signature to the same names and defaults.
+        given = locals()
         refuse_unknown_options(f"@{self.name}.node", unknown)
+        options = NodeOptions(**{option: given[option] for option in NODE_OPTIONS})
         # The names where the node is declared: its annotations may use a class defined in the same function.
         scope = sys._getframe(1).f_locals
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
-            spec = make_node(
-                func, flow_name=self.name, name=name, provides=provides, requires=requires, streams=streams,
-                device=device, device_policy=device_policy, resources=resources, retries=retries,
-                timeout_s=timeout_s, cache=cache, mapped=map, max_parallel=max_parallel, when=when, unless=unless,
-                scope=scope,
-                pool=pool, retry=RetryOptions(retry_backoff_s, retry_backoff_max_s, retry_on, escalate_ram),
-            )
+            spec = make_node(func, options, flow_name=self.name, scope=scope)
             spec = with_input_types(spec, {n: i.type for n, i in self.inputs.items()},
                                     f"node {spec.name!r} of flow {self.name!r}")
             if spec.name in self.nodes:
@@ -205,7 +205,7 @@ class Flow:
             known = providers_of(self.inputs, self.nodes, self.name)
             for node_name, spec in list(self.nodes.items()):
                 if spec.subflow is not None:
-                    spec.subflow.validate()
+                    spec.subflow.flow.validate()
                     self.nodes[node_name] = resolve_subflow(spec, known)
             self._providers = validate_graph(self.name, self.inputs, self.nodes, self.outputs)
         return self._providers
@@ -213,12 +213,12 @@ class Flow:
     def subflows(self) -> list[Flow]:
         """Every flow this one runs as child runs, directly or through its children, each once."""
         found: dict[int, Flow] = {}
-        stack = [node.subflow for node in self.nodes.values() if node.subflow is not None]
+        stack = [node.subflow.flow for node in self.nodes.values() if node.subflow is not None]
         while stack:
             flow = stack.pop()
             if id(flow) not in found:
                 found[id(flow)] = flow
-                stack += [node.subflow for node in flow.nodes.values() if node.subflow is not None]
+                stack += [node.subflow.flow for node in flow.nodes.values() if node.subflow is not None]
         return list(found.values())
 
     def all_nodes(self) -> list[NodeSpec]:

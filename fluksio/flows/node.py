@@ -1,4 +1,4 @@
-"""``NodeSpec``: one node's declaration, checked on its own when it is declared."""
+"""``NodeSpec``: one node's declaration, checked on its own when it is declared from its ``NodeOptions``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import math
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -18,6 +18,9 @@ from fluksio.constants import MAX_NAME_LENGTH
 from fluksio.errors import FlowError
 from fluksio.flows.annotations import adapter_for, parameter_types
 from fluksio.schemas import DevicePolicy, Resources
+
+if TYPE_CHECKING:
+    from fluksio.flows.subflow import SubflowCall
 
 #: The parameter through which a node emits streaming values; never a message.
 EMIT_PARAMETER = "emit"
@@ -38,6 +41,9 @@ class NodeSpec:
     ``requires[i]`` is the message bound to parameter ``params[i]``. A mapped node (``map``) is called
     once per element of the product of its mapped messages; each of its messages is then the list of
     its elements' values. ``when``/``unless`` name messages whose truth decides whether it runs at all.
+
+    Its fields are :class:`NodeOptions` checked and resolved; their defaults are what a node declared with
+    no options resolves to.
     """
 
     name: str
@@ -67,12 +73,8 @@ class NodeSpec:
     types: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: The validator of each annotated parameter.
     adapters: Mapping[str, TypeAdapter[Any]] = field(default_factory=dict, compare=False, repr=False)
-    #: A subflow node: the ``Flow`` each call is a child run of (``params`` then names the child's inputs).
-    subflow: Any = field(default=None, repr=False, compare=False)
-    #: Of a subflow node: ``(parent message, child output)`` for each message it provides.
-    child_outputs: tuple[tuple[str, str], ...] = ()
-    #: Of a subflow node: ``(child input, value)`` given as constants.
-    constants: tuple[tuple[str, Any], ...] = ()
+    #: Of a subflow node: the flow each call is a child run of (``params`` then names the child's inputs).
+    subflow: SubflowCall | None = field(default=None, repr=False, compare=False)
     #: A pool (the ``pools`` setting) each call holds one slot of while it runs.
     pool: str | None = None
     #: Retry ``k`` waits ``retry_backoff_s · 2^(k-1)`` seconds (±25 %), at most ``retry_backoff_max_s``.
@@ -103,15 +105,44 @@ class NodeSpec:
         """Every message that must exist (or be skipped) before the node is decided: its inputs and conditions."""
         return self.requires + tuple(m for m in self.conditions if m not in self.requires)
 
-    def param_of(self, message: str) -> str:
-        """The parameter a required message is bound to."""
-        return self.params[self.requires.index(message)] if self.params else message
+
+@dataclass(frozen=True)
+class NodeOptions:
+    """Every option ``@flow.node(...)`` takes, with its default, as given: :func:`make_node` checks and
+    resolves them into the :class:`NodeSpec` fields of the same names (whose comments say what each means).
+
+    The one list of a node's options: :data:`NODE_OPTIONS` is read from its fields, and a test holds
+    ``Flow.node``'s keyword parameters to the same names and defaults.
+    """
+
+    #: The node's name (``None``: the function's).
+    name: str | None = None
+    #: One message name or several (``None``: none).
+    provides: str | Sequence[str] | None = None
+    #: The message bound to each parameter, in order (``None``: each parameter's own name).
+    requires: Sequence[str] | None = None
+    streams: Sequence[str] = ()
+    device: str | None = None
+    device_policy: str | DevicePolicy = "require"
+    resources: Resources | dict[str, Any] | None = None
+    retries: int = 0
+    timeout_s: float | None = None
+    cache: bool = True
+    #: Parameter → the list-valued message it takes one element of.
+    map: Mapping[str, str] | None = None
+    max_parallel: int | None = None
+    when: str | None = None
+    unless: str | None = None
+    pool: str | None = None
+    retry_backoff_s: float = 0.0
+    retry_backoff_max_s: float = 300.0
+    #: An exception class or its name, or a tuple of them (``None``: any failure).
+    retry_on: Any = None
+    escalate_ram: float | None = None
 
 
 #: What ``@flow.node(...)`` accepts, for the message that names a misspelt option.
-NODE_OPTIONS = ("name", "provides", "requires", "streams", "device", "device_policy", "resources", "retries",
-                "timeout_s", "cache", "map", "max_parallel", "when", "unless", "pool", "retry_backoff_s",
-                "retry_backoff_max_s", "retry_on", "escalate_ram")
+NODE_OPTIONS = tuple(option.name for option in dataclasses.fields(NodeOptions))
 
 
 def exception_name(error: type[BaseException]) -> str:
@@ -127,16 +158,6 @@ def error_types(error: BaseException) -> tuple[str, ...]:
                  for cls in type(error).__mro__ if cls is not object)
 
 
-@dataclass(frozen=True)
-class RetryOptions:
-    """A node's options that shape its retries, as given to ``@flow.node`` (:func:`retry_options` checks them)."""
-
-    retry_backoff_s: float = 0.0
-    retry_backoff_max_s: float = 300.0
-    retry_on: Any = None
-    escalate_ram: float | None = None
-
-
 def refuse_unknown_options(where: str, unknown: Mapping[str, Any], known: Sequence[str] = NODE_OPTIONS) -> None:
     """A misspelt option is an error that names the options there are (and the likely one)."""
     if not unknown:
@@ -149,52 +170,33 @@ def refuse_unknown_options(where: str, unknown: Mapping[str, Any], known: Sequen
     raise FlowError(f"{where} got unknown option(s) {', '.join(parts)}; the options are: {', '.join(known)}")
 
 
-def make_node(
-    fn: Callable[..., Any],
-    *,
-    flow_name: str,
-    name: str | None,
-    provides: str | Sequence[str] | None,
-    requires: Sequence[str] | None,
-    streams: Sequence[str],
-    device: str | None,
-    device_policy: str | DevicePolicy,
-    resources: Resources | dict[str, Any] | None,
-    retries: int,
-    timeout_s: float | None,
-    cache: bool,
-    mapped: Mapping[str, str] | None = None,
-    max_parallel: int | None = None,
-    when: str | None = None,
-    unless: str | None = None,
-    scope: Mapping[str, Any] | None = None,
-    pool: str | None = None,
-    retry: RetryOptions | None = None,
-) -> NodeSpec:
-    """The node ``fn`` declares; ``scope``: the names visible where it was declared (for its annotations)."""
+def make_node(fn: Callable[..., Any], options: NodeOptions, *, flow_name: str,
+              scope: Mapping[str, Any] | None = None) -> NodeSpec:
+    """The node ``fn`` declares with ``options``; ``scope``: the names visible where it was declared (for its
+    annotations)."""
     if not callable(fn):
         raise FlowError(f"@{flow_name}.node must decorate a function, got {type(fn).__name__}")
-    node_name = check_identifier("node name", name or getattr(fn, "__name__", None), f"flow {flow_name!r}")
+    node_name = check_identifier("node name", options.name or getattr(fn, "__name__", None), f"flow {flow_name!r}")
     where = f"node {node_name!r} of flow {flow_name!r}"
-    provided, stream_names = _ports(provides, streams, where)
-    binding = _binding(fn, requires, mapped, where)
+    provided, stream_names = _ports(options.provides, options.streams, where)
+    binding = _binding(fn, options.requires, options.map, where)
     if stream_names and not binding.takes_emit:
         raise FlowError(f"{where} streams {', '.join(stream_names)} but its function has no "
                         f"'{EMIT_PARAMETER}' parameter")
     conditions = {kind: check_identifier(f"{kind} message", value, where)
-                  for kind, value in (("when", when), ("unless", unless)) if value is not None}
-    policy, res = _placement(device, device_policy, resources, where)
-    _check_limits(where, max_parallel=max_parallel, mapped=bool(binding.mapping), retries=retries,
-                  timeout_s=timeout_s, pool=pool)
+                  for kind, value in (("when", options.when), ("unless", options.unless)) if value is not None}
+    policy, res = _placement(options.device, options.device_policy, options.resources, where)
+    _check_limits(where, options, mapped=bool(binding.mapping))
     types = parameter_types(fn, binding.params, where, scope)
     adapters = {param: adapter_for(annotation, f"{where}, parameter {param!r}") for param, annotation in types.items()}
     return NodeSpec(
-        name=node_name, fn=fn, requires=binding.requires, provides=provided, streams=stream_names, device=device,
-        device_policy=policy, resources=res, retries=retries, timeout_s=float(timeout_s) if timeout_s else None,
-        cache=bool(cache), takes_emit=binding.takes_emit, params=binding.params, optional=binding.optional,
+        name=node_name, fn=fn, requires=binding.requires, provides=provided, streams=stream_names,
+        device=options.device, device_policy=policy, resources=res, retries=options.retries,
+        timeout_s=float(options.timeout_s) if options.timeout_s else None, cache=bool(options.cache),
+        takes_emit=binding.takes_emit, params=binding.params, optional=binding.optional,
         map=tuple(binding.mapping.items()), when=conditions.get("when"), unless=conditions.get("unless"),
-        max_parallel=max_parallel, types=types, adapters=adapters, pool=pool,
-        **retry_options(retry or RetryOptions(), retries, res, where),
+        max_parallel=options.max_parallel, types=types, adapters=adapters, pool=options.pool,
+        **_retry_fields(options, res, where),
     )
 
 
@@ -274,8 +276,8 @@ def _placement(device: str | None, device_policy: str | DevicePolicy, resources:
     return policy, res
 
 
-def _check_limits(where: str, *, max_parallel: int | None, mapped: bool, retries: int, timeout_s: float | None,
-                  pool: str | None) -> None:
+def _check_limits(where: str, options: NodeOptions, *, mapped: bool) -> None:
+    max_parallel, retries, timeout_s = options.max_parallel, options.retries, options.timeout_s
     if max_parallel is not None:
         if not mapped:
             raise FlowError(f"{where}: max_parallel caps how many elements of a mapped node run at once; the node "
@@ -284,8 +286,8 @@ def _check_limits(where: str, *, max_parallel: int | None, mapped: bool, retries
             raise FlowError(f"{where}: max_parallel must be a whole number ≥ 1, got {max_parallel!r}")
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise FlowError(f"{where}: retries must be a whole number ≥ 0, got {retries!r}")
-    if pool is not None:
-        check_identifier("pool", pool, where)
+    if options.pool is not None:
+        check_identifier("pool", options.pool, where)
     if timeout_s is not None and (not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool)
                                   or not 0 < timeout_s < math.inf):  # NaN compares false both ways
         raise FlowError(f"{where}: timeout_s must be a positive number of seconds, got {timeout_s!r}")
@@ -322,15 +324,16 @@ def _seconds(value: Any, what: str, where: str, positive: bool = False) -> float
     return float(value)
 
 
-def retry_options(options: RetryOptions, retries: int, resources: Resources, where: str) -> dict[str, Any]:
+def _retry_fields(options: NodeOptions, resources: Resources, where: str) -> dict[str, Any]:
     """``retry_backoff_s``, ``retry_backoff_max_s``, ``retry_on`` and ``escalate_ram`` checked, as NodeSpec fields.
 
     Each of them shapes retries, so each needs ``retries`` ≥ 1; ``retry_on`` takes exception classes or their
     names (one, or a tuple); ``escalate_ram`` multiplies a ``ram_mb`` the node asks for, by more than 1.
     """
-    given = [name for name, default in (("retry_backoff_s", 0.0), ("retry_on", None), ("escalate_ram", None))
-             if getattr(options, name) != default]
-    if given and not retries:
+    defaults = NodeOptions()
+    given = [name for name in ("retry_backoff_s", "retry_on", "escalate_ram")
+             if getattr(options, name) != getattr(defaults, name)]
+    if given and not options.retries:
         verb = "applies" if len(given) == 1 else "apply"
         raise FlowError(f"{where}: {' and '.join(given)} {verb} to retries, but the node has retries=0; add retries=N")
     backoff = _seconds(options.retry_backoff_s, "retry_backoff_s", where)

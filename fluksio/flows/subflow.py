@@ -21,6 +21,18 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class SubflowCall:
+    """What makes a node's calls child runs (``NodeSpec.subflow``): the flow each runs, what the parent takes
+    from a child's result and what each child is given as constants."""
+
+    flow: Flow
+    #: ``(parent message, child output)`` for each message the node provides.
+    outputs: tuple[tuple[str, str], ...]
+    #: ``(child input, value)`` of the inputs ``params`` gives as constants.
+    constants: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
 class Message:
     """In ``subflow(params=...)``: fill the child's input from the parent's message ``name``."""
 
@@ -66,9 +78,9 @@ def make_subflow(parent: str, child: Flow, *, name: str | None, provides: Mappin
                         "node has no map=")
     return NodeSpec(name=node_name, fn=_never_called, requires=requires, provides=tuple(outputs.values()),
                     params=tuple(filled), optional=optional, map=tuple((k, v) for k, v in mapping.items()),
-                    when=when, unless=unless, max_parallel=max_parallel, cache=False, subflow=child,
-                    child_outputs=tuple((message, output) for output, message in outputs.items()),
-                    constants=tuple(constants.items()))
+                    when=when, unless=unless, max_parallel=max_parallel, cache=False,
+                    subflow=SubflowCall(child, outputs=tuple((message, output) for output, message in outputs.items()),
+                                        constants=tuple(constants.items())))
 
 
 def _outputs(child: Flow, provides: Mapping[str, str] | Sequence[str] | None, where: str) -> dict[str, str]:
@@ -103,5 +115,5 @@ def containing_cycle(parent: Flow, child: Flow) -> list[str]:
             return path
         for node in flow.nodes.values():
             if node.subflow is not None:
-                stack.append((node.subflow, [*path, node.subflow.name]))
+                stack.append((node.subflow.flow, [*path, node.subflow.flow.name]))
     return []

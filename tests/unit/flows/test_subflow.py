@@ -26,7 +26,7 @@ def test_inputs_come_from_map_elements_params_renames_and_same_named_messages() 
     assert dict(zip(spec.params, spec.requires)) == {"lr": "lrs", "epochs": "epochs", "seed": "seed",
                                                      "decay": "rate_decay"}
     assert spec.map == (("lr", "lrs"),) and spec.provides == ("accuracies",)
-    assert spec.child_outputs == (("accuracies", "accuracy"),)
+    assert spec.subflow is not None and spec.subflow.outputs == (("accuracies", "accuracy"),)
 
 
 def test_a_defaulted_input_nobody_provides_is_left_to_the_childs_default() -> None:
@@ -35,7 +35,7 @@ def test_a_defaulted_input_nobody_provides_is_left_to_the_childs_default() -> No
     search.validate()
     spec = search.nodes["trial"]
     assert dict(zip(spec.params, spec.requires)) == {"lr": "lr", "seed": "seed"}  # decay: the child's default
-    assert spec.constants == (("epochs", 3),)
+    assert spec.subflow is not None and spec.subflow.constants == (("epochs", 3),)
     assert spec.provides == ("model", "accuracy")  # by default: the child's declared outputs, same names
 
 

@@ -40,11 +40,11 @@ def fill(database_url: str, runs: int, points: int) -> str:
     """The store: ``runs`` finished runs and one with a ``points``-step series; returns that run's id."""
     from sqlalchemy import insert
 
+    from fluksio.clock import utcnow
     from fluksio.store.db import Database
     from fluksio.store.ids import new_run_id
     from fluksio.store.metrics import upsert_metrics
     from fluksio.store.models import Run, RunNode
-    from fluksio.store.run_rows import utcnow
 
     db = Database(database_url)
     db.upgrade()

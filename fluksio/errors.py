@@ -1,7 +1,8 @@
 """One error tree: everything fluksio raises on purpose is a :class:`FluksioError`.
 
 Messages say what was wrong and what to do about it, because they are read by
-people at a terminal, not by code.
+people at a terminal, not by code; :func:`first_line` is the line of an error
+text that a one-line message quotes.
 """
 
 from __future__ import annotations
@@ -108,3 +109,14 @@ class ScheduleNotFound(FluksioError, LookupError):
 
 class InvalidRequest(FluksioError, ValueError):
     """A request to the run explorer (its pages or JSON API) has a malformed or out-of-range argument."""
+
+
+def first_line(error: str | None, default: str = "") -> str:
+    """The first non-blank line of an error text (a node's error, a child run's reason), for a one-line
+    message; ``default`` when there is no text or only whitespace.
+
+    The text is stripped first, so a message that begins with a newline still shows its words, not an
+    empty line.
+    """
+    text = (error or "").strip()
+    return text.splitlines()[0] if text else default

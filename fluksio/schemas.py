@@ -74,6 +74,16 @@ class DevicePolicy(str, Enum):
 
 
 class RunStatus(str, Enum):
+    """Where a run is: stored in its row as the value (``"ok"``) and compared directly.
+
+    A run is ``queued`` when submitted, ``running`` once a driver claims it, and then ends in one of the
+    terminal statuses (:meth:`is_terminal`): ``ok``, ``error``, ``cancelled`` or ``abandoned`` (its driver's
+    lease ran out, or its driver's worker was shut down mid-run). A queued run may also end without running:
+    ``cancelled``, or ``error`` when its flow cannot be loaded. ``ok`` is final; a run that ended otherwise
+    goes back to ``queued`` only by being resumed. The one table of moves is
+    :data:`fluksio.store.status.TRANSITIONS`.
+    """
+
     QUEUED = "queued"
     RUNNING = "running"
     OK = "ok"
@@ -82,6 +92,8 @@ class RunStatus(str, Enum):
     ABANDONED = "abandoned"
 
     def is_terminal(self) -> bool:
+        """Whether the run has ended (anything but ``queued`` and ``running``): nothing moves it on but a
+        resume, which sends a run that did not end ``ok`` back to ``queued``."""
         return self not in (RunStatus.QUEUED, RunStatus.RUNNING)
 
 
@@ -107,12 +119,24 @@ class NodeStatus(str, Enum):
 
 
 class NodeRecord(BaseModel):
+    """One attempt of one node of a run (or of one element of a mapped node), as its row in the run store keeps it.
+
+    ``status`` is ``ok`` (the call made its outputs), ``error`` (the call failed, or the node failed without
+    one; ``error`` says why), ``cached`` (no call: the outputs were restored from the run cache, from the run
+    ``cached_from`` names, ``duration_ms`` 0; or a subflow call whose child run was cached whole),
+    ``skipped`` (its condition ruled it out, something it needs was skipped, or a node upstream failed; why
+    is in ``error``) or ``cancelled`` (the run was cancelled before or while it ran). A node retried has one
+    record per attempt, ``attempt`` counting from 1; records are in the order they were written. ``index``
+    is set for an element of a mapped node, ``child_run`` for the call of a subflow node.
+    """
+
     node: str
     status: NodeStatus
     machine: str | None = None
     gpus: list[int] = Field(default_factory=list)
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    #: ``finished_at - started_at`` in milliseconds (``None`` without a start: no call ran).
     duration_ms: int | None = None
     error: str | None = None
     logs: str | None = None
@@ -127,6 +151,16 @@ class NodeRecord(BaseModel):
 
 
 class RunRecord(BaseModel):
+    """A run as the run store keeps it, with the records of its nodes' attempts (``nodes``).
+
+    ``status`` follows :class:`RunStatus`; ``status_reason`` says why it is where it is (why it failed or
+    was abandoned, what it waits for). Times are aware UTC datetimes. ``started_at`` is when a driver last
+    claimed the run (again after each resume), ``finished_at`` when it ended (``None`` while it has not).
+    ``result`` maps the flow's result messages that were made to their values (a skipped one to ``None``),
+    as the driver that ended the run wrote them: all of them for an ``ok`` run, those made so far for a run
+    that failed or was cancelled; ``None`` before the end, and when the driver itself failed.
+    """
+
     id: str
     flow: str
     status: RunStatus
@@ -139,6 +173,8 @@ class RunRecord(BaseModel):
     created_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    #: From ``started_at`` to its end, in milliseconds, as the driver that ran it wrote it when it ended
+    #: (``None`` until then, and for a run cancelled while queued or abandoned by the lease sweeper).
     duration_ms: int | None = None
     #: How often the run was resumed, and the status it was last resumed from.
     resume_count: int = 0

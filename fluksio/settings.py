@@ -12,11 +12,12 @@ import ipaddress
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -257,11 +258,6 @@ def require_redis_broker(settings: Settings) -> None:
                           "brokers are supported (the placer's books live in the same Redis)")
 
 
-#: The TLS options of a ``rediss://`` URL, as query parameters: the one spelling kombu (Celery's broker),
-#: Celery's Redis result backend and redis-py (books, inboxes, events) all read from the URL.
-REDIS_TLS_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname")
-
-
 def verified_redis_url(url: str) -> str:
     """``url`` as every fluksio process uses it: a ``rediss://`` URL that does not say ``ssl_cert_reqs``
     verifies the server's certificate (``ssl_cert_reqs=required``).
@@ -323,3 +319,49 @@ def read_json_file(path: Path, what: str) -> Any:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
                           ) from None
+
+
+#: A configuration file with many mistakes gets the first few named, and a count of the rest.
+MAX_PROBLEMS_SHOWN = 6
+
+Entry = TypeVar("Entry", bound=BaseModel)
+
+
+def parse_json_list(data: Any, source: str, model: type[Entry], *, item: str, holds: str,
+                    describe: Callable[[Any], str], named_before: Callable[[int], str]) -> list[Entry]:
+    """The entries of a configuration file that is a JSON list of objects (alert rules, provisioner profiles),
+    each validated strictly as ``model``, their names unique; else a :class:`ConfigError` naming every problem
+    by ``source``, entry and field. A bad file is refused as a whole: half of it read would do half a job.
+
+    ``item`` names an entry in messages (``rule 2 ('nightly')``, ``rule 3`` when it has no name); ``holds``
+    says what the list should hold (it follows "must be a JSON list of"); ``describe`` words one of
+    pydantic's errors (``field: what is wrong``); ``named_before`` names the entry already called the same
+    as a later one, from its index (``profile 0``, ``another rule``).
+    """
+    if not isinstance(data, list):
+        raise ConfigError(f"{source}: must be a JSON list of {holds}, got {type(data).__name__}")
+    problems: list[str] = []
+    entries: list[Entry] = []
+    first: dict[str, int] = {}
+    for index, entry in enumerate(data):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        where = f"{item} {index} ({name!r})" if isinstance(name, str) and name else f"{item} {index}"
+        if not isinstance(entry, dict):
+            problems.append(f"{where}: must be an object, got {type(entry).__name__}")
+            continue
+        try:
+            # Strict: "cpus": "4" or "gpus": true is a mistake in a file, not something to guess about.
+            entries.append(model.model_validate_json(json.dumps(entry), strict=True))
+        except ValidationError as exc:
+            problems.extend(f"{where}: {describe(err)}" for err in exc.errors())
+        if isinstance(name, str):
+            if name in first:
+                problems.append(f"{where}: name: {named_before(first[name])} has the same name; "
+                                "names must be unique")
+            else:
+                first[name] = index
+    if problems:
+        shown = problems[:MAX_PROBLEMS_SHOWN]
+        more = f"; and {len(problems) - len(shown)} more problem(s)" if len(problems) > len(shown) else ""
+        raise ConfigError(f"{source}: " + "; ".join(shown) + more)
+    return entries

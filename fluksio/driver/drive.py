@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from fluksio.clock import utcnow
 from fluksio.driver.loop import Driver
 from fluksio.driver.state import Dispatch, Revoke
 from fluksio.driver.verdict import End
@@ -49,7 +50,7 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
     try:
         flow = runtime.registry.get(run.flow)
     except FluksioError as exc:
-        if run_rows.transition(db, run_id, RunStatus.ERROR, status_reason=str(exc), finished_at=run_rows.utcnow()):
+        if run_rows.transition(db, run_id, RunStatus.ERROR, status_reason=str(exc), finished_at=utcnow()):
             runtime.run_ended(run_id, RunStatus.ERROR, orphan=run.parent_id is None)  # alerts, a waiting parent
         return
     missing = missing_labels(runtime, flow)

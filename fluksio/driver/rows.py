@@ -8,18 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from fluksio.cache.keys import CacheHit, cacheable
+from fluksio.clock import utcnow
 from fluksio.driver.walk import Ended
+from fluksio.errors import first_line
 from fluksio.messages import Completion
 from fluksio.schemas import Grant, NodeStatus, RunStatus, split_unit
 from fluksio.store.rows import ArtifactRow, NodeRow
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def completion_rows(run_id: str, completion: Completion, cache_key: str | None,
@@ -112,7 +110,7 @@ def child_row(run_id: str, unit: str, attempt: int, child_outputs: Iterable[tupl
                        finished_at=utcnow(), error=refused)
     ok = end.status is RunStatus.OK
     status = (NodeStatus.CACHED if end.cached else NodeStatus.OK) if ok else NodeStatus.ERROR
-    reason = (end.reason or "").strip().splitlines()[0] if (end.reason or "").strip() else "no reason given"
+    reason = first_line(end.reason, "no reason given")
     return NodeRow(
         run_id=run_id, node=node, element=element, attempt=attempt, status=status.value, child_run=end.run_id,
         started_at=end.started_at, finished_at=end.finished_at or utcnow(),

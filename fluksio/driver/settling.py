@@ -17,6 +17,7 @@ from fluksio.driver.retrying import Retry, plan_retry
 from fluksio.driver.rows import bare_rows, completion_rows, unreported
 from fluksio.driver.state import DriveState
 from fluksio.driver.verdict import End
+from fluksio.errors import first_line
 from fluksio.messages import Completion
 from fluksio.schemas import Grant, NodeStatus, split_unit
 from fluksio.settings import redact_url
@@ -84,8 +85,8 @@ class Settler:
             s.walk.retry(unit)
             return
         s.backoff[unit] = time.monotonic() + retry.delay_s
-        cause = (error or "failed").strip().splitlines()[0] if (error or "").strip() else "failed"
-        reason = f"{unit}: retrying in {retry.delay_s:.1f} s (attempt {retry.attempt}) after: {cause}"
+        reason = (f"{unit}: retrying in {retry.delay_s:.1f} s (attempt {retry.attempt}) after: "
+                  f"{first_line(error, 'failed')}")
         s.rt.events.publish("node_queued", run_id=s.run_id, node=unit, reason=reason, priority=s.priority,
                             pool=s.flow.nodes[split_unit(unit)[0]].pool, retry_in_s=round(retry.delay_s, 3))
         run_rows.set_reason(s.rt.db, s.run_id, reason[0].upper() + reason[1:], s.epoch)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from fluksio.driver.walk import NodeState, Walk
+from fluksio.errors import first_line
 from fluksio.schemas import RunStatus
 
 
@@ -77,11 +78,7 @@ def _failure(walk: Walk, node: str) -> str:
     """``fit: ValueError: …``; for a mapped node, each failed element (``count[3]: …``), the first ten."""
     elements = walk.failed_elements(node)
     if not elements:
-        return f"{node}: {_first_line(walk.errors.get(node))}"
-    named = "; ".join(f"{unit}: {_first_line(walk.errors.get(unit))}" for unit in elements[:ELEMENTS_NAMED])
+        return f"{node}: {first_line(walk.errors.get(node), 'failed')}"
+    named = "; ".join(f"{unit}: {first_line(walk.errors.get(unit), 'failed')}" for unit in elements[:ELEMENTS_NAMED])
     more = f"; and {len(elements) - ELEMENTS_NAMED} more element(s)" if len(elements) > ELEMENTS_NAMED else ""
     return f"{len(elements)} of {walk.elements(node)} elements of {node} failed: {named}{more}"
-
-
-def _first_line(error: str | None) -> str:
-    return (error or "failed").splitlines()[0] if (error or "").strip() else "failed"

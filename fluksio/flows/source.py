@@ -47,11 +47,6 @@ _memo: dict[str, tuple[tuple[int, int, int, int], str, tuple[Import, ...]]] = {}
 _memo_lock = threading.Lock()
 
 
-def source_root(flow: Flow) -> Path | None:
-    """The folder of the file that defined the flow (the top of its package when it is in one)."""
-    return root_of(flow.source_file)
-
-
 def root_of(source_file: str | None) -> Path | None:
     """The folder of ``source_file``, or the top of the package it is in; ``None`` without a file."""
     if not source_file:

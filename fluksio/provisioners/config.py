@@ -14,17 +14,14 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from fluksio.errors import ConfigError
 from fluksio.schemas import Resources
-from fluksio.settings import read_json_file
+from fluksio.settings import parse_json_list, read_json_file
 
 #: Where an installation's profiles are when ``FLUKSIO_PROVISIONERS`` names no file (relative to the working
 #: directory); absent, nothing is provisioned.
 DEFAULT_PATH = Path("config/provisioners.json")
-#: A file with many mistakes gets the first few named, and a count of the rest.
-MAX_PROBLEMS_SHOWN = 6
 #: A profile's name goes into machine names (``slurm-<profile>-<job id>``), Celery host and queue names,
 #: and Slurm job names; so: letters, digits, ``_`` and ``-``, starting with a letter or digit.
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
@@ -158,40 +155,9 @@ def load_profiles(path: str | Path) -> list[SlurmProfile]:
 
 def parse_profiles(data: Any, source: str = "provisioner profiles") -> list[SlurmProfile]:
     """Profiles from already-decoded JSON (``source`` names it in errors)."""
-    if not isinstance(data, list):
-        raise ConfigError(f"{source}: must be a JSON list of profiles (each an object with name, kind, …), "
-                          f"got {type(data).__name__}")
-    problems: list[str] = []
-    profiles: list[SlurmProfile] = []
-    for index, entry in enumerate(data):
-        where = _where(index, entry)
-        if not isinstance(entry, dict):
-            problems.append(f"{where}: must be an object, got {type(entry).__name__}")
-            continue
-        try:
-            # Strict: "cpus": "4" or "gpus": true is a mistake in a file, not something to guess about.
-            profiles.append(SlurmProfile.model_validate_json(json.dumps(entry), strict=True))
-        except ValidationError as exc:
-            problems.extend(f"{where}: {_describe(err)}" for err in exc.errors())
-    seen: dict[str, int] = {}
-    for index, entry in enumerate(data):
-        name = entry.get("name") if isinstance(entry, dict) else None
-        if isinstance(name, str):
-            if name in seen:
-                problems.append(f"{_where(index, entry)}: name: profile {seen[name]} has the same name; "
-                                "names must be unique")
-            else:
-                seen[name] = index
-    if problems:
-        shown = problems[:MAX_PROBLEMS_SHOWN]
-        more = f"; and {len(problems) - len(shown)} more problem(s)" if len(problems) > len(shown) else ""
-        raise ConfigError(f"{source}: " + "; ".join(shown) + more)
-    return profiles
-
-
-def _where(index: int, entry: Any) -> str:
-    name = entry.get("name") if isinstance(entry, dict) else None
-    return f"profile {index} ({name!r})" if isinstance(name, str) and name else f"profile {index}"
+    return parse_json_list(data, source, SlurmProfile, item="profile",
+                           holds="profiles (each an object with name, kind, …)", describe=_describe,
+                           named_before=lambda index: f"profile {index}")
 
 
 def _describe(err: Any) -> str:

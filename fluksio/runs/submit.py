@@ -18,6 +18,7 @@ from pydantic_core import to_jsonable_python
 from fluksio.artifacts.artifact import REF_KEY, Artifact, is_ref
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.cache.keys import canonical
+from fluksio.clock import utcnow
 from fluksio.codecs import REGISTRY, Codec, codec_for, codec_of, store_value
 from fluksio.errors import CodecError, RunRejected
 from fluksio.flows.flow import Flow, InputSpec
@@ -29,7 +30,7 @@ from fluksio.schemas import DevicePolicy, Inventory, RunStatus
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
 from fluksio.store.models import Run
-from fluksio.store.run_rows import find_by_idempotency_key, insert_run, utcnow
+from fluksio.store.run_rows import find_by_idempotency_key, insert_run
 
 #: The input that ``seed=`` fills.
 SEED_INPUT = "seed"

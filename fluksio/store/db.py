@@ -239,11 +239,6 @@ class Database:
                 return None
             return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
-    def head_revision(self) -> str | None:
-        from alembic.script import ScriptDirectory
-
-        return ScriptDirectory.from_config(self.alembic_config()).get_current_head()
-
     def upgrade(self) -> None:
         """Bring the schema to the newest migration (a no-op when it is there already)."""
         with _upgrade_lock:

@@ -15,13 +15,13 @@ from collections.abc import Collection
 from datetime import timedelta
 from typing import Any, cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.engine import CursorResult
 
+from fluksio.clock import utcnow
 from fluksio.schemas import RunStatus
 from fluksio.store.db import Database, retried
 from fluksio.store.models import Run
-from fluksio.store.run_rows import utcnow
 
 PARKED, WOKEN = "parked", "woken"
 
@@ -110,6 +110,29 @@ def children_of(db: Database, parent_id: str) -> list[Run]:
     """Every child run of ``parent_id``, oldest first."""
     with db.read() as session:
         return list(session.scalars(select(Run).where(Run.parent_id == parent_id).order_by(Run.id)))
+
+
+@retried
+def cancel_on_the_way(db: Database, run_id: str) -> bool:
+    """Whether a cancel of ``run_id`` or of a run above it (its parent, theirs, …) was asked for, in one read
+    up the tree.
+
+    A cancel marks the run it names before it tells anyone, then goes down the tree; its driver and its
+    children's drivers free their calls' machines as they hear of it, and a parent may even end before the
+    cancel has reached its last child. A child that a freed machine is granted to before its own cancel
+    reaches it finds the mark above it here. An ancestor whose cancel ended it before ``run_id`` was created
+    or last resumed (a child resumed on its own after its parent was cancelled, or one a resumed parent
+    started) stops nothing.
+    """
+    columns = (Run.id, Run.parent_id, Run.cancel_requested, Run.finished_at)
+    up = (select(*columns, func.coalesce(Run.resumed_at, Run.created_at).label("since"))
+          .where(Run.id == run_id).cte("up", recursive=True))
+    up = up.union_all(select(*columns, up.c.since).where(Run.id == up.c.parent_id))
+    with db.read() as session:
+        return session.scalar(
+            select(up.c.id).where(up.c.cancel_requested.is_(True),
+                                  or_(up.c.finished_at.is_(None), up.c.finished_at >= up.c.since))
+            .limit(1)) is not None
 
 
 @retried

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import Connection, func, insert, select, update
@@ -11,15 +11,12 @@ from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from fluksio.clock import utcnow
 from fluksio.errors import RunNotFound, RunRejected
 from fluksio.schemas import NodeRecord, NodeStatus, Resources, RunRecord, RunStatus
 from fluksio.store.db import Database, retried
 from fluksio.store.models import Run, RunNode
 from fluksio.store.status import RESUMABLE, allowed_from
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def _rowcount(result: Result[Any]) -> int:

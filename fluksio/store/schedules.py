@@ -8,10 +8,10 @@ from typing import Any, cast
 from sqlalchemy import CursorResult, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
+from fluksio.clock import utcnow
 from fluksio.errors import ScheduleNotFound, ScheduleRejected
 from fluksio.store.db import Database, retried
 from fluksio.store.models import Schedule
-from fluksio.store.run_rows import utcnow
 
 
 @retried

@@ -18,9 +18,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
+from fluksio.clock import utcnow
 from fluksio.errors import ConfigError, RunNotFound
 from fluksio.runtime import Runtime
 from fluksio.schemas import AlertRecord, RunStatus
@@ -39,10 +40,6 @@ log = logging.getLogger(__name__)
 SENDER_THREADS = 4
 #: The longest pause between two tries of one alert, in seconds.
 MAX_BACKOFF_S = 60.0
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 @dataclass
@@ -86,7 +83,7 @@ class AlertDispatcher:
         value = status.value if isinstance(status, RunStatus) else str(status)
         if value not in self._statuses:
             return
-        self._push(_Job(run_id=run_id, status=value, created_at=_now()), self._clock())
+        self._push(_Job(run_id=run_id, status=value, created_at=utcnow()), self._clock())
 
     def idle(self, timeout_s: float) -> bool:
         """Wait until nothing is queued or being sent (at most ``timeout_s`` seconds); whether it is."""
@@ -216,7 +213,7 @@ class AlertDispatcher:
             alert_rows.record_alert(self.db, rule=job.rule.name, run_id=job.run_id,
                                     status=job.status, target=job.rule.target.describe(), outcome=outcome,
                                     attempts=job.attempts, error=error, created_at=job.created_at,
-                                    finished_at=_now())
+                                    finished_at=utcnow())
         except Exception:
             log.exception("could not write alert %s for run %s (%s) to the alert log", job.rule.name, job.run_id,
                           outcome)
@@ -250,7 +247,7 @@ def send_test(settings: Settings, db: Database, name: str) -> AlertRecord:
         where = rules_path(settings.alerts) or "config/alerts.json (absent)"
         raise ConfigError(f"no alert rule named {name!r} in {where} (rules: {known})")
     record = sample_record()
-    job = _Job(run_id="SAMPLE", status=record.status.value, created_at=_now(), rule=rule,
+    job = _Job(run_id="SAMPLE", status=record.status.value, created_at=utcnow(), rule=rule,
                body=alert_body(rule.name, record, record.status.value, settings.explorer_url), attempts=1)
     try:
         answer = send(rule, job.body, settings)
@@ -260,5 +257,5 @@ def send_test(settings: Settings, db: Database, name: str) -> AlertRecord:
         outcome, error = alert_rows.FAILED, str(exc)
     row_id = alert_rows.record_alert(db, rule=rule.name, run_id=None, status=job.status,
                                      target=rule.target.describe(), outcome=outcome, attempts=1, error=error,
-                                     created_at=job.created_at, finished_at=_now())
+                                     created_at=job.created_at, finished_at=utcnow())
     return next(a for a in alert_rows.list_alerts(db, rule=rule.name, limit=5) if a.id == row_id)

@@ -19,6 +19,7 @@ from typing import Any
 from celery import Celery
 from celery.beat import ScheduleEntry, Scheduler
 
+from fluksio.clock import utcnow
 from fluksio.constants import DRIVE_TASK
 from fluksio.errors import FluksioError, StoreUnavailable
 from fluksio.runs.submit import submit_run
@@ -28,7 +29,7 @@ from fluksio.store import schedules as rows
 from fluksio.store.models import Schedule
 from fluksio.triggers.schedules import tick_key
 from fluksio.triggers.ticks import due_ticks
-from fluksio.triggers.timing import timing, utcnow
+from fluksio.triggers.timing import timing
 
 log = logging.getLogger(__name__)
 

@@ -17,16 +17,13 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from fluksio.errors import ConfigError
-from fluksio.settings import read_json_file
+from fluksio.settings import parse_json_list, read_json_file
 
 #: Where an installation's rules are when ``FLUKSIO_ALERTS`` names no file (relative to the working
 #: directory); absent, no alerts are sent.
 DEFAULT_PATH = Path("config/alerts.json")
-#: A file with many mistakes gets the first few named, and a count of the rest.
-MAX_PROBLEMS_SHOWN = 6
 #: Rule names appear in the alert log and in `fluksio alerts test NAME`.
 RULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 #: An address as SMTP servers take it: one ``@``, no spaces or line breaks.
@@ -139,31 +136,9 @@ def load_rules(path: str | Path) -> list[AlertRule]:
 
 def parse_rules(data: Any, source: str = "alert rules") -> list[AlertRule]:
     """Rules from already-decoded JSON (``source`` names it in errors)."""
-    if not isinstance(data, list):
-        raise ConfigError(f"{source}: must be a JSON list of rules (each an object with name, statuses and a "
-                          f"webhook or email), got {type(data).__name__}")
-    problems: list[str] = []
-    rules: list[AlertRule] = []
-    seen: set[str] = set()
-    for index, entry in enumerate(data):
-        name = entry.get("name") if isinstance(entry, dict) else None
-        where = f"rule {index} ({name!r})" if isinstance(name, str) and name else f"rule {index}"
-        if not isinstance(entry, dict):
-            problems.append(f"{where}: must be an object, got {type(entry).__name__}")
-            continue
-        try:
-            rules.append(AlertRule.model_validate_json(json.dumps(entry), strict=True))
-        except ValidationError as exc:
-            problems.extend(f"{where}: {_describe(err)}" for err in exc.errors())
-        if isinstance(name, str):
-            if name in seen:
-                problems.append(f"{where}: name: another rule has the same name; names must be unique")
-            seen.add(name)
-    if problems:
-        shown = problems[:MAX_PROBLEMS_SHOWN]
-        more = f"; and {len(problems) - len(shown)} more problem(s)" if len(problems) > len(shown) else ""
-        raise ConfigError(f"{source}: " + "; ".join(shown) + more)
-    return rules
+    return parse_json_list(data, source, AlertRule, item="rule",
+                           holds="rules (each an object with name, statuses and a webhook or email)",
+                           describe=_describe, named_before=lambda _index: "another rule")
 
 
 def _describe(err: Any) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
+from fluksio.clock import utcnow
 from fluksio.errors import ScheduleRejected
 from fluksio.flows.flow import Flow
 from fluksio.flows.registry import FlowRegistry
@@ -20,7 +21,7 @@ from fluksio.store import schedules as rows
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
 from fluksio.store.models import Schedule
-from fluksio.triggers.timing import parse_every, timing, utcnow, zone
+from fluksio.triggers.timing import parse_every, timing, zone
 
 #: A schedule's name goes into run listings and commands: letters, digits, ``_ . -``, starting with a
 #: letter or digit.

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from celery.schedules import ParseException, crontab, schedstate, schedule
 
+from fluksio.clock import utcnow
 from fluksio.errors import ScheduleRejected
 from fluksio.triggers.ticks import CronFields, CronTicks, EveryTicks, Ticks, seconds_until
 
@@ -26,10 +27,6 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 #: How often a rule whose next tick is far away is looked at anyway, in seconds (the beat's own loop
 #: interval is shorter still).
 _LONGEST_CHECK_S = 300.0
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def parse_every(value: str | int | timedelta) -> int:

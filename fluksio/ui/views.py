@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+from fluksio import errors
 from fluksio.schemas import NodeRecord, RunRecord, unit_of
 from fluksio.ui.svg import Bar
 
@@ -242,5 +243,5 @@ def fmt_time(moment: datetime | None) -> str:
 
 def first_line(text: str | None, width: int = 160) -> str:
     """The first line of an error, cut to ``width`` characters."""
-    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    line = errors.first_line(text)
     return line if len(line) <= width else line[:width - 1] + "…"

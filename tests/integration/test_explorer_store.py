@@ -6,11 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from fluksio.clock import utcnow
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
 from fluksio.store.metrics import latest_metrics_of_runs, read_series, series_sizes, upsert_metrics
 from fluksio.store.models import Run
-from fluksio.store.run_rows import count_runs, flow_names, insert_run, list_runs, utcnow
+from fluksio.store.run_rows import count_runs, flow_names, insert_run, list_runs
 
 pytestmark = pytest.mark.integration
 

@@ -254,3 +254,31 @@ def test_an_environment_variable_that_is_not_json_is_named(monkeypatch):
     monkeypatch.setenv("FLUKSIO_POOLS", "{bad")
     with pytest.raises(ConfigError, match=r"^FLUKSIO_POOLS cannot be read: Expecting property name .* takes JSON"):
         load_settings()
+
+
+# -- configuration files that are a JSON list of objects -----------------------------------------------
+
+
+def test_a_json_list_names_each_problem_in_file_order_and_refuses_the_whole_file() -> None:
+    from pydantic import BaseModel, ConfigDict
+
+    from fluksio.settings import parse_json_list
+
+    class Entry(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        name: str
+        size: int
+
+    def parse(data: object) -> list[Entry]:
+        return parse_json_list(data, "things.json", Entry, item="thing", holds="things (objects)",
+                               describe=lambda err: f"{'.'.join(map(str, err['loc']))}: {err['type']}",
+                               named_before=lambda index: f"thing {index}")
+
+    assert parse([{"name": "a", "size": 1}]) == [Entry(name="a", size=1)]
+    with pytest.raises(ConfigError, match=r"^things.json: must be a JSON list of things \(objects\), got dict$"):
+        parse({"name": "a"})
+    with pytest.raises(ConfigError) as caught:
+        parse([{"name": "a", "size": 1}, 3, {"name": "a", "size": "2"}, {"size": 1}])
+    assert str(caught.value) == (
+        "things.json: thing 1: must be an object, got int; thing 2 ('a'): size: int_type; "
+        "thing 2 ('a'): name: thing 0 has the same name; names must be unique; thing 3: name: missing")

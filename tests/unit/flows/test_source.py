@@ -14,7 +14,7 @@ import pytest
 
 from fluksio.flows.flow import Flow
 from fluksio.flows.registry import load_flows
-from fluksio.flows.source import code_digest, loaded_digest, short, source_root
+from fluksio.flows.source import code_digest, loaded_digest, root_of, short
 from tests.unit.flows.notebook import notebook_flow
 
 FLOW_FILE = """
@@ -60,7 +60,7 @@ def test_digest_is_a_sha256_and_stable(project):
 
 def test_source_root_is_the_folder_of_the_flow_file(project):
     root, flow = project
-    assert source_root(flow) == root.resolve()
+    assert root_of(flow.source_file) == root.resolve()
 
 
 def test_editing_the_flow_file_changes_the_digest(project):
@@ -144,7 +144,7 @@ def test_a_flow_in_a_package_digests_what_it_imports_from_the_package(tmp_path, 
     write(top / "unrelated.py", "C = 1\n")
     monkeypatch.syspath_prepend(str(top.parent))
     [flow] = load_flows("flowpkg_digested.sub.flows")
-    assert source_root(flow) == top.resolve()
+    assert root_of(flow.source_file) == top.resolve()
     for edited, counts in [("models.py", True), ("util.py", True), ("__init__.py", True), ("sub/__init__.py", True),
                            ("unrelated.py", False)]:
         before = code_digest(flow)
@@ -165,7 +165,7 @@ def test_two_folders_with_the_same_files_have_the_same_digest(tmp_path):
 def test_a_flow_without_a_file_digests_its_node_functions():
     build = functools.partial(notebook_flow, name="repl")
     one, same, other = build("x + 1"), build("x + 1"), build("x * 3")
-    assert one.source_file is None and source_root(one) is None
+    assert one.source_file is None and root_of(one.source_file) is None
     assert code_digest(one) == code_digest(same)
     assert code_digest(one) != code_digest(other)
 

@@ -7,12 +7,13 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import update
 
+from fluksio.clock import utcnow
 from fluksio.runs.lease import sweep_once
 from fluksio.schemas import RunStatus
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
 from fluksio.store.models import Run
-from fluksio.store.run_rows import claim, get_run, insert_run, utcnow
+from fluksio.store.run_rows import claim, get_run, insert_run
 
 
 def running_run_with_a_dead_driver(db: Database, flow: str = "train") -> str:

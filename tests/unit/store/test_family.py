@@ -6,12 +6,13 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
+from fluksio.clock import utcnow
 from fluksio.schemas import RunStatus
 from fluksio.store import family
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
 from fluksio.store.models import Run
-from fluksio.store.run_rows import claim, finish, get_run, insert_run, request_cancel, utcnow
+from fluksio.store.run_rows import claim, finish, get_run, insert_run, request_cancel
 
 
 def running_parent(db: Database) -> Run:

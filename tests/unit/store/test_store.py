@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import event, inspect, select
 
+from fluksio.clock import utcnow
 from fluksio.errors import ConfigError, RunNotFound
 from fluksio.schemas import RunStatus
 from fluksio.store.db import Database
@@ -25,18 +27,9 @@ from fluksio.store.run_rows import (
     request_cancel,
     run_status,
     transition,
-    utcnow,
 )
 from fluksio.store.status import TRANSITIONS, allowed_from
-
-
-def new_run(db: Database, run_id: str | None = None, key: str | None = None, status: RunStatus = RunStatus.QUEUED,
-            flow: str = "train") -> Run:
-    run = Run(id=run_id or new_run_id(), flow=flow, params={"lr": 0.1}, params_digest="sha256:p",
-              status=status.value, created_at=utcnow(), engine="embedded", idempotency_key=key)
-    stored, created = insert_run(db, run)
-    assert created
-    return stored
+from tests.unit.store.runs import new_run
 
 
 def status_of(db: Database, run_id: str) -> str:
@@ -46,13 +39,18 @@ def status_of(db: Database, run_id: str) -> str:
 # -- schema ------------------------------------------------------------------------------------------
 
 
+def alembic_head(database: Database) -> str | None:
+    """The newest revision of the migrations, as Alembic itself finds it among their files."""
+    return ScriptDirectory.from_config(database.alembic_config()).get_current_head()
+
+
 def test_upgrade_creates_the_tables(tmp_path):
     database = Database(f"sqlite:///{tmp_path / 'nested' / 'dir' / 'runs.db'}")  # parent folders are made
     assert database.current_revision() is None
     database.upgrade()
     tables = set(inspect(database.engine).get_table_names())
     assert {"runs", "run_nodes", "run_metrics", "run_artifacts", "alembic_version"} <= tables
-    assert database.current_revision() == database.head_revision() is not None
+    assert database.current_revision() == alembic_head(database) is not None
     database.dispose()
 
 
@@ -363,8 +361,9 @@ def test_abandon_stale_takes_only_runs_whose_lease_is_old(db):
 
     from sqlalchemy import update
 
+    from fluksio.clock import utcnow
     from fluksio.store.models import Run
-    from fluksio.store.run_rows import abandon_stale, utcnow
+    from fluksio.store.run_rows import abandon_stale
 
     old, fresh, queued = new_run(db), new_run(db), new_run(db)
     claim(db, old.id, None)
@@ -406,8 +405,8 @@ def test_a_driver_that_lost_its_run_to_a_resume_can_no_longer_write_to_it(db):
 
     from sqlalchemy import update
 
+    from fluksio.clock import utcnow
     from fluksio.store.models import Run
-    from fluksio.store.run_rows import utcnow
 
     with db.write() as session:
         session.execute(update(Run).where(Run.id == run.id).values(lease_at=utcnow() - timedelta(minutes=5)))
@@ -427,8 +426,9 @@ def test_stale_queued_runs_are_found_once(db):
 
     from sqlalchemy import update
 
+    from fluksio.clock import utcnow
     from fluksio.store.models import Run
-    from fluksio.store.run_rows import stale_queued, touch_queued, utcnow
+    from fluksio.store.run_rows import stale_queued, touch_queued
 
     lost, held, _fresh, foreign = new_run(db), new_run(db), new_run(db), new_run(db, flow="elsewhere")
     with db.write() as session:
@@ -487,7 +487,7 @@ def test_requeue_handed_over_needs_the_drivers_epoch(db):
 def test_the_head_revision_constant_is_alembics_head(db):
     from fluksio.store.db import HEAD_REVISION
 
-    assert db.head_revision() == HEAD_REVISION == db.current_revision()
+    assert alembic_head(db) == HEAD_REVISION == db.current_revision()
 
 
 # -- node rows ---------------------------------------------------------------------------------------

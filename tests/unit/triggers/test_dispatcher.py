@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 
 from fluksio import Settings
+from fluksio.clock import utcnow
 from fluksio.schemas import RunStatus
 from fluksio.store import alerts as alert_rows
 from fluksio.store.db import Database
 from fluksio.store.models import Run
-from fluksio.store.run_rows import insert_run, utcnow
+from fluksio.store.run_rows import insert_run
 from fluksio.triggers.alerts import AlertDispatcher
 from fluksio.triggers.delivery import DeliveryFailed
 from fluksio.triggers.rules import AlertRule, parse_rules

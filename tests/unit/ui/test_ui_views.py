@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from types import SimpleNamespace
 
+from fluksio.clock import utcnow
 from fluksio.driver.state import DriveState
 from fluksio.messages import call_id
 from fluksio.schemas import NodeRecord, NodeStatus, RunRecord, RunStatus
@@ -13,7 +14,7 @@ from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
 from fluksio.store.models import Run
 from fluksio.store.nodes import NodeRow, record_nodes
-from fluksio.store.run_rows import insert_run, load_record, utcnow
+from fluksio.store.run_rows import insert_run, load_record
 from fluksio.ui.views import (
     compare_rows,
     epoch_of,

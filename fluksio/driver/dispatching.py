@@ -25,6 +25,7 @@ from fluksio.placement.placer import Request, Waiting
 from fluksio.placement.turns import Why
 from fluksio.routing import queue_for
 from fluksio.schemas import Grant, NodeStatus, split_unit
+from fluksio.store import family as store_family
 from fluksio.store import run_rows
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class Dispatcher:
         if restored:
             s.journal.write()  # rows restored from the cache, in one transaction, before their dependents go
         for kind, unit in list(s.waitlists.heads()):
-            while self._place(unit, kind):
+            while not s.cancel_found and self._place(unit, kind):
                 s.waitlists.placed(kind)
                 queue = s.waitlists.queues[kind]
                 if not queue:
@@ -139,6 +140,14 @@ class Dispatcher:
             category = None if outcome.why is Why.MACHINES else outcome.why.value
             for queued in s.waitlists.blocked(kind, reason, category):
                 self._announce(kind, queued, reason)
+            return False
+        if s.parent_id is not None and store_family.cancel_on_the_way(s.rt.db, s.run_id):
+            # Cancelling a parent frees its children's machines child by child: one freed before this child's
+            # own cancel came (or was even sent) is granted here, and the call would start under a cancelled
+            # parent. Given back unsent; the loop cancels the run. (A run with no parent hears of its own
+            # cancel before anything the cancel frees: no read per call for it.)
+            s.rt.placer.release(outcome)
+            s.cancel_found = True
             return False
         if outcome.clamped_from is not None:
             s.warnings[unit] = (

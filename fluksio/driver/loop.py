@@ -60,6 +60,7 @@ class Driver:
         if run is not None:  # what its child runs inherit
             self.s.seed, self.s.priority, self.s.engine = run.seed, run.priority or 0, run.engine
             self.s.resumed_at = run.resumed_at
+            self.s.parent_id = run.parent_id
         # A run never claimed before (never started, never resumed) has no rows yet: only a driver writes
         # them. Not reading them saves one of a short run's dozen statements.
         fresh = run is not None and run.started_at is None and not run.resume_count
@@ -147,6 +148,8 @@ class Driver:
                 return
             if not s.cancelled:
                 self.dispatcher.schedule()
+                if s.cancel_found:  # found before the run's Cancel came (it may not even be sent yet)
+                    self._cancel()
             # Watchers can wait a moment for their events; the next call should not wait for them.
             s.journal.announce()
             if s.cancelled:

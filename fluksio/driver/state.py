@@ -63,6 +63,10 @@ class DriveState:
     priority: int = 0
     engine: str = "embedded"
     resumed_at: datetime | None = None
+    #: The run's parent run, for a child run (a subflow call's): its grants are checked against a cancel above.
+    parent_id: str | None = None
+    #: A cancel of this run or of one above it was found as a call was placed: the loop carries it out.
+    cancel_found: bool = False
 
     @property
     def cancelled(self) -> bool:

@@ -79,7 +79,10 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
     heartbeat.start()
     @worker_shutting_down.connect(weak=False)
     def _leave_the_books(**_: Any) -> None:
-        # Stop being placed on at once; the calls still running give their grants back as they end.
+        # Stop being placed on at once; the calls still running give their grants back as they end. The
+        # heartbeat stops first (a beat under way is waited for): it goes on while Celery shuts down, and a
+        # beat that finds the machine gone attaches it again, all free, for the placer to grant calls to.
+        heartbeat.stop()
         books.detach(inventory.name)
 
     # A provisioned worker (a Slurm job) gives its resources back once nothing calls it for a while.

@@ -131,3 +131,14 @@ def running_cluster(workdir: Path, workers: dict[str, tuple[str, ...]], database
     finally:
         setup.stop_all()
         server.stop()
+
+
+def wait_for_log(cluster: Cluster, name: str, text: str, timeout: float = 15) -> str:
+    """The log of worker ``name`` once ``text`` appears in it; fails, showing the log, after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = cluster.log_of(name)
+        if text in log:
+            return log
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} never appeared in the log of {name}: {cluster.log_of(name)[-1500:]}")

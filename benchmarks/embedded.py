@@ -5,8 +5,9 @@
 * fluksio: ``connect()`` with no broker (kombu's memory transport, in-process thread workers,
   SQLite in a temporary folder), ``--cpus`` node slots.
 * raw Celery: one app on ``memory://`` with a ``threads`` worker of the same concurrency in the
-  same process, tuned as DESIGN.md §4 describes: transport ``polling_interval`` 1 ms, results
-  from ``cache+memory://`` polled every 1 ms, and the worker's blocking drain capped at 1 ms.
+  same process, tuned as docs/architecture.md ("Tuning the embedded default") describes: transport
+  ``polling_interval`` 1 ms, results from ``cache+memory://`` polled every 1 ms, and the worker's
+  blocking drain capped at 1 ms.
   (Celery 5.6's blocking loop — used on transports without an event loop, such as memory —
   performs acknowledgements only between two drains, and a drain waits up to 2 s when the
   prefetch window is full: untuned, a backed-up queue moves one prefetch window per 2 s.)
@@ -58,7 +59,7 @@ def child_fluksio(length: int, width: int, repeat: int, cpus: int) -> dict[str, 
             def count(*_args: object) -> None:
                 statements["n"] += 1
 
-            db = client.runtime.db
+            db = client._runtime.db
             for engine in {db.engine, db.write_engine}:
                 event.listen(engine, "before_cursor_execute", count)
 

@@ -42,7 +42,7 @@ def measure(count: int, repeat: int) -> list[Figure]:
                 if "run_metrics" in statement:
                     counted["n"] += 1
 
-            event.listen(client.runtime.db.write_engine, "before_cursor_execute", count_statement)
+            event.listen(client._runtime.db.write_engine, "before_cursor_execute", count_statement)
             client.submit(emitter, {"count": min(count, 1000)}, no_cache=True).wait(timeout=60)  # warm-up
             for _ in range(repeat):
                 counted["n"] = 0

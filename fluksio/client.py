@@ -8,28 +8,44 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
     from celery import Celery
 
 from pydantic import ValidationError
 
-from fluksio.errors import BrokerUnavailable, ClientClosed, CodecError, NodeFailed, RunRejected
+from fluksio.artifacts.digests import validate_digest
+from fluksio.artifacts.store import with_local_copy
+from fluksio.broker.events.base import Callback, Unsubscribe
+from fluksio.broker.events.redis import EventStream, RedisEvents
+from fluksio.errors import (
+    ArtifactError,
+    BrokerUnavailable,
+    ClientClosed,
+    CodecError,
+    ConfigError,
+    NodeFailed,
+    RunRejected,
+)
 from fluksio.execution.values import decode
 from fluksio.flows.annotations import adapter_for, fit_error, type_name
 from fluksio.flows.flow import Flow
 from fluksio.runs import family
-from fluksio.runs.metrics import series_of
+from fluksio.runs.metrics import latest_values_of_runs, series_of
 from fluksio.runs.references import output_of
+from fluksio.runs.series import MetricSeries
 from fluksio.runs.submit import check_priority, submit_run, validate_params
 from fluksio.runtime import Runtime
 from fluksio.schemas import CatchUp, RunRecord, RunStatus, ScheduleRecord
 from fluksio.settings import Settings, load_settings, redact_url, require_redis_broker
 from fluksio.store import run_rows
 from fluksio.store.ids import new_run_id
+from fluksio.store.models import RunArtifact
+from fluksio.store.nodes import artifact_by_digest, artifacts_of
 from fluksio.triggers.alerts import attach_alerts
 from fluksio.triggers.schedules import Schedules
 from fluksio.worker.app import create_app, send_drive, start_sweeper
@@ -54,7 +70,7 @@ class RunHandle:
 
     @property
     def status(self) -> RunStatus:
-        return run_rows.run_status(self._client.runtime.db, self.id)
+        return run_rows.run_status(self._client._runtime.db, self.id)
 
     def wait(self, timeout: float | None = None) -> RunRecord:
         """Block until the run ends; :class:`TimeoutError` after ``timeout`` seconds.
@@ -64,7 +80,7 @@ class RunHandle:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = WAIT_FIRST_S
-        with self._client.runtime.ends.watch(self.id) as ended:
+        with self._client._runtime.ends.watch(self.id) as ended:
             while True:
                 status = self.status
                 if status.is_terminal():
@@ -84,10 +100,16 @@ class RunHandle:
 
 @dataclass
 class Sweep:
+    """The runs one :meth:`Client.sweep` submitted: one per point of its grid (and seed), in the grid's order,
+    all filed under the group ``group_id`` (``client.runs(group=…)`` lists them, ``fluksio runs --group``
+    shows them with their metrics)."""
+
     group_id: str
     runs: list[RunHandle]
 
     def wait(self, timeout: float | None = None) -> list[RunRecord]:
+        """Block until every run has ended and return their records in the order of :attr:`runs`;
+        :class:`TimeoutError` when ``timeout`` seconds (for all of them together) pass first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         return [r.wait(None if deadline is None else max(0.0, deadline - time.monotonic())) for r in self.runs]
 
@@ -107,24 +129,26 @@ class Client:
         self.settings = settings
         self._workers: EmbeddedWorkers | None = None
         if settings.embedded:
-            self.runtime = Runtime.embedded(settings)
-            self._workers = EmbeddedWorkers(self.runtime)
+            self._runtime = Runtime.embedded(settings)
+            self._workers = EmbeddedWorkers(self._runtime)
             self.app: Celery = self._workers.app
-            self._sweeper = start_sweeper(self.app, self.runtime)
+            self._sweeper = start_sweeper(self.app, self._runtime)
         else:
             from fluksio.broker.connection import check_broker  # the embedded default never loads redis-py
 
             require_redis_broker(settings)
             check_broker(settings)  # at once, not after FLUKSIO_BROKER_OUTAGE_S of retries
-            self.runtime = Runtime.distributed(settings)
-            self.app = create_app(settings, self.runtime)
+            self._runtime = Runtime.distributed(settings)
+            self.app = create_app(settings, self._runtime)
         #: The installation's schedules: ``client.schedules.list()``, ``.pause(name)``, ``.resume``, ``.remove``.
-        self.schedules = Schedules(self.runtime.db, self.runtime.registry)
+        self.schedules = Schedules(self._runtime.db, self._runtime.registry)
+        #: Metric series one at a time: ``client.series.sources(run)``, ``.read(source, name)``, ``.newest(run)``.
+        self.series = MetricSeries(self._runtime.db, self._check_open)
         self._closed = False
         self._lock = threading.Lock()
         try:
             # Runs end here too: embedded ones, and queued ones this client cancels.
-            attach_alerts(self.runtime)
+            attach_alerts(self._runtime)
         except Exception:
             self.close()
             raise
@@ -149,10 +173,10 @@ class Client:
         """
         self._check_open()
         run, created = submit_run(
-            self.runtime.db, self.runtime.registry, self.runtime.artifacts, flow, engine=self.settings.engine,
+            self._runtime.db, self._runtime.registry, self._runtime.artifacts, flow, engine=self.settings.engine,
             params=params, seed=seed,
             group=group, no_cache=no_cache, idempotency_key=idempotency_key, priority=priority,
-            embedded_machines=self.runtime.placer.machines() if self.settings.embedded else None,
+            embedded_machines=self._runtime.placer.machines() if self.settings.embedded else None,
             pools=self.settings.pools,
         )
         if created or run.status == RunStatus.QUEUED.value:
@@ -178,10 +202,10 @@ class Client:
         records that it was resumed and from what status.
         """
         self._check_open()
-        run = run_rows.get_run(self.runtime.db, run_id)
+        run = run_rows.get_run(self._runtime.db, run_id)
         if self.settings.embedded:
-            self.runtime.registry.get(run.flow)  # the driver here must be able to load it
-        family.resume(self.runtime, run)
+            self._runtime.registry.get(run.flow)  # the driver here must be able to load it
+        family.resume(self._runtime, run)
         return RunHandle(self, run.id)
 
     def sweep(
@@ -201,7 +225,7 @@ class Client:
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
                 raise RunRejected(f"grid[{name!r}] must be a non-empty list of values")
         check_priority(priority)
-        resolved = self.runtime.registry.resolve(flow)
+        resolved = self._runtime.registry.resolve(flow)
         names = list(grid)
         points = [(dict(zip(names, combo)), seed)
                   for combo in itertools.product(*(grid[n] for n in names))
@@ -214,13 +238,23 @@ class Client:
                    for point, seed in points]
         return Sweep(group_id, handles)
 
-    def get(self, run_id: str) -> RunRecord:
+    def get(self, run_id: str, nodes: bool = True) -> RunRecord:
+        """A run (by id or a unique prefix of it) with its nodes; ``nodes=False``: without them, as :meth:`runs`
+        lists it (one row read, however many nodes it has)."""
         self._check_open()
-        return run_rows.load_record(self.runtime.db, run_id)
+        if not nodes:
+            return run_rows.to_record(run_rows.get_run(self._runtime.db, run_id), [])
+        return run_rows.load_record(self._runtime.db, run_id)
+
+    def resumed_at(self, run_id: str) -> datetime | None:
+        """When the run was last resumed (UTC), ``None`` if it never was: node rows that started later are of
+        its current drive."""
+        self._check_open()
+        return run_rows.get_run(self._runtime.db, run_id).resumed_at
 
     def handle(self, run_id: str) -> RunHandle:
         self._check_open()
-        return RunHandle(self, run_rows.get_run(self.runtime.db, run_id).id)
+        return RunHandle(self, run_rows.get_run(self._runtime.db, run_id).id)
 
     def runs(self, flow: str | None = None, status: str | None = None, group: str | None = None,
              limit: int = 50, schedule: str | None = None, parent: str | None = None,
@@ -235,13 +269,23 @@ class Client:
         for name, value, least in (("limit", limit, 1), ("offset", offset, 0)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise RunRejected(f"{name} must be a whole number ≥ {least}, got {value!r}")
+        parent = self._run_filters(status, parent)
+        return [run_rows.to_record(r, [])
+                for r in run_rows.list_runs(self._runtime.db, flow, status, group, limit, schedule=schedule,
+                                            parent=parent, offset=offset)]
+
+    def count_runs(self, flow: str | None = None, status: str | None = None, group: str | None = None,
+                   schedule: str | None = None, parent: str | None = None) -> int:
+        """How many runs :meth:`runs` pages through with these filters (a page's "of N")."""
+        self._check_open()
+        parent = self._run_filters(status, parent)
+        return run_rows.count_runs(self._runtime.db, flow, status, group, parent, schedule)
+
+    def _run_filters(self, status: str | None, parent: str | None) -> str | None:
+        """Refuse a status that is none; the full id of ``parent`` (a prefix works, a wrong id says so)."""
         if status is not None and status not in {s.value for s in RunStatus}:
             raise RunRejected(f"status {status!r} is not one of {', '.join(s.value for s in RunStatus)}")
-        if parent is not None:
-            parent = run_rows.get_run(self.runtime.db, parent).id  # a prefix works, a wrong id says so
-        return [run_rows.to_record(r, [])
-                for r in run_rows.list_runs(self.runtime.db, flow, status, group, limit, schedule=schedule,
-                                            parent=parent, offset=offset)]
+        return None if parent is None else run_rows.get_run(self._runtime.db, parent).id
 
     def schedule(self, name: str, flow: Flow | str, *, cron: str | None = None, tz: str | None = None,
                  every: str | int | timedelta | None = None, params: Mapping[str, Any] | None = None,
@@ -264,10 +308,10 @@ class Client:
         :class:`~fluksio.errors.OutputNotFound` names the outputs the run did make when it made no ``name``.
         """
         self._check_open()
-        run = run_rows.get_run(self.runtime.db, run_id)
+        run = run_rows.get_run(self._runtime.db, run_id)
         where = f"output {name!r} of run {run.id}"
         try:
-            value = decode(output_of(self.runtime.db, run.id, name), self.runtime.artifacts, where)
+            value = decode(output_of(self._runtime.db, run.id, name), self._runtime.artifacts, where)
         except NodeFailed as exc:  # the decoding error, raised here as what it is
             raise CodecError(str(exc)) from None
         if as_type is None:
@@ -280,12 +324,48 @@ class Client:
     def metrics(self, run_id: str) -> dict[str, list[tuple[int, float]]]:
         """Each metric's ``[(step, value), …]``, including series of nodes restored from the cache."""
         self._check_open()
-        return series_of(self.runtime.db, run_rows.get_run(self.runtime.db, run_id).id)
+        return series_of(self._runtime.db, run_rows.get_run(self._runtime.db, run_id).id)
+
+    def latest_metrics(self, run_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+        """Each run's metrics' newest values, ``{run_id: {name: value}}``, for every id given (full ids, as
+        records hold them; a run with no metrics has ``{}``), series of cached nodes included. A page of runs
+        costs a few queries, whatever their number."""
+        self._check_open()
+        if isinstance(run_ids, str):
+            raise RunRejected(f"latest_metrics takes a list of run ids, got the string {run_ids!r}")
+        return latest_values_of_runs(self._runtime.db, list(run_ids))
+
+    def artifacts(self, run_id: str) -> list[RunArtifact]:
+        """The artifacts the run's nodes made (codecs' values included), in the order they were recorded:
+        each one's ``digest``, ``name``, ``node``, ``message``, ``size`` (in bytes) and ``media_type``."""
+        self._check_open()
+        return artifacts_of(self._runtime.db, run_rows.get_run(self._runtime.db, run_id).id)
+
+    def artifact(self, digest: str) -> RunArtifact:
+        """The row of an artifact some run made with these bytes (the oldest such row).
+
+        :class:`~fluksio.errors.ArtifactError` for a malformed digest, or one no run made.
+        """
+        self._check_open()
+        row = artifact_by_digest(self._runtime.db, validate_digest(digest))
+        if row is None:
+            raise ArtifactError(f"no run made an artifact {digest}")
+        return row
+
+    def open_artifact(self, digest: str) -> BinaryIO:
+        """The bytes of artifact ``digest``, opened for reading (close it, or use ``with``).
+
+        Read from this host's copy; an object store's copy evicted by another process before it was opened
+        is fetched again. :class:`~fluksio.errors.ArtifactError` for a malformed digest or bytes the
+        artifact store does not hold.
+        """
+        self._check_open()
+        return with_local_copy(self._runtime.artifacts, validate_digest(digest), lambda path: path.open("rb"))
 
     def cancel(self, run_id: str, reason: str = "cancelled by request") -> RunStatus:
         """A queued run is cancelled at once; a running one is told to stop. Returns the status after."""
         self._check_open()
-        return family.cancel(self.runtime, run_id, reason)
+        return family.cancel(self._runtime, run_id, reason)
 
     def placement(self) -> dict[str, Any]:
         """Every machine (total, free, labels, calls, heartbeat), what waits and why (in the order it will be
@@ -293,10 +373,62 @@ class Client:
         self._check_open()
         # A driver keeps its waiting calls on the list once per lease interval; one that has not for as
         # long as a lease takes to go stale is dead, and so are its entries.
-        snapshot = self.runtime.placer.snapshot(stale_after_s=self.settings.stale_after_s)
-        if self.runtime.provisioner is not None:
-            snapshot["provisioners"] = self.runtime.provisioner.status()
+        snapshot = self._runtime.placer.snapshot(stale_after_s=self.settings.stale_after_s)
+        if self._runtime.provisioner is not None:
+            snapshot["provisioners"] = self._runtime.provisioner.status()
         return snapshot
+
+    # -- flows and events -----------------------------------------------------------------------
+
+    def flow(self, reference: Flow | str) -> Flow:
+        """The flow a reference names — a registered name, ``path/file.py[:attr]`` or ``package.module:attr`` —
+        loaded and registered with this client, as :meth:`submit` would; :class:`~fluksio.errors.FlowNotFound`
+        says what is registered, or what the file or module holds."""
+        self._check_open()
+        return self._runtime.registry.resolve(reference)
+
+    def flows(self) -> list[str]:
+        """The names of the flows registered with this client (``FLUKSIO_FLOWS``, and those submitted or
+        looked up here), sorted."""
+        self._check_open()
+        return self._runtime.registry.names()
+
+    def flows_with_runs(self) -> list[str]:
+        """The name of every flow the run store holds runs of, sorted."""
+        self._check_open()
+        return run_rows.flow_names(self._runtime.db)
+
+    def subscribe(self, callback: Callback) -> Unsubscribe:
+        """Call ``callback(event)`` for each run and node event published from now on, until the returned
+        function is called. Embedded, the events of the runs driven in this process; distributed, those of the
+        whole installation. The callback runs on another thread: it must be quick and must not raise."""
+        self._check_open()
+        if not callable(callback):
+            raise TypeError(f"subscribe takes a function of one event, got {callback!r}")
+        return self._runtime.events.subscribe(callback)
+
+    def event_stream(self) -> EventStream:
+        """A subscription to the installation's events that starts now, read with ``next(timeout_s)`` and
+        closed with ``close()`` (or ``with``). Subscribe first, then read the state it must not miss.
+
+        Distributed only: :class:`~fluksio.errors.ConfigError` on the embedded default, whose events are
+        seen only in its process (:meth:`subscribe` them there).
+        """
+        self._check_open()
+        events = self._runtime.events
+        if not isinstance(events, RedisEvents):
+            raise ConfigError("an event stream follows a shared broker's events, and this client has none (the "
+                              "embedded default): subscribe() to the events of the runs it drives, or set "
+                              "FLUKSIO_BROKER_URL")
+        return events.stream()
+
+    def watch_end(self, run_id: str) -> AbstractContextManager[threading.Event]:
+        """``with client.watch_end(run_id) as ended:`` — an event set as soon as this process writes the run's
+        end (embedded runs), so a waiter can sleep on it between looks at the run (:meth:`get`) rather than
+        poll. A run that ends in another process sets nothing here: look at the run on a timeout. Clear it
+        before the next sleep (a resumed run ends again)."""
+        self._check_open()
+        return self._runtime.ends.watch(run_id)
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -312,13 +444,13 @@ class Client:
             self._closed = True
         if self._workers is not None:
             # Runs still driven here end `abandoned` (resumable) rather than `running` forever.
-            self.runtime.stop_driving()
+            self._runtime.stop_driving()
             deadline = time.monotonic() + STOP_DRIVERS_S
-            while self.runtime.driving and time.monotonic() < deadline:
+            while self._runtime.driving and time.monotonic() < deadline:
                 time.sleep(0.01)
             self._sweeper.stop()
             self._workers.stop()
-        self.runtime.close()
+        self._runtime.close()
 
     def __enter__(self) -> Client:
         return self

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
-from rich.table import Table
 from rich.text import Text
 
 from fluksio.cli import render
+from fluksio.schemas import AlertRecord
 from fluksio.settings import load_settings
 from fluksio.store import alerts as alert_rows
 from fluksio.store.contact import open_run_store
@@ -34,20 +33,14 @@ def log(rule: str | None, run_id: str | None, failed: bool, limit: int, as_json:
                                          outcome=alert_rows.FAILED if failed else None, limit=limit)
     finally:
         db.dispose()
-    if as_json:
-        click.echo(json.dumps([json.loads(r.model_dump_json()) for r in records], indent=2))
-        return
-    if not records:
-        click.echo("no alerts yet")
-        return
-    table = Table(show_edge=False, header_style="bold")
-    for column in ("when", "rule", "run", "status", "target", "outcome", "tries", "error"):
-        table.add_column(column)
-    for r in records:
-        table.add_row(r.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"), r.rule, r.run_id or "(sample)",
-                      r.status, r.target, Text(r.outcome, style="green" if r.outcome == alert_rows.SENT else "red"),
-                      str(r.attempts), render.short(r.error or "", 80))
-    render.console().print(table)
+    render.print_listing(records, as_json, "no alerts yet",
+                         ("when", "rule", "run", "status", "target", "outcome", "tries", "error"), _alert_row)
+
+
+def _alert_row(r: AlertRecord) -> list[str | Text]:
+    return [r.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"), r.rule, r.run_id or "(sample)", r.status,
+            r.target, Text(r.outcome, style="green" if r.outcome == alert_rows.SENT else "red"), str(r.attempts),
+            render.short(r.error or "", 80)]
 
 
 @alerts.command("test")

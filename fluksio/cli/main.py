@@ -18,10 +18,7 @@ from fluksio.cli.connection import lost_connection, open_client
 from fluksio.cli.params import parse_grid, parse_params, parse_seeds, string_inputs
 from fluksio.client import Client, RunHandle
 from fluksio.errors import FluksioError
-from fluksio.runs.metrics import latest_values_of_runs, series_of
 from fluksio.schemas import RunStatus, unit_of
-from fluksio.store.metrics import latest_metrics
-from fluksio.store.nodes import artifacts_of
 
 #: Exit codes: a run that did not end ``ok``, and input fluksio refused.
 EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_TIMED_OUT, EXIT_INTERRUPTED = 1, 2, 124, 130
@@ -69,11 +66,11 @@ def _wait_live(client: Client, handle: RunHandle, total: int, timeout: float | N
     try:
         screen = Live(console=out, refresh_per_second=8, transient=True)
         show = not quiet and out.is_terminal
-        with screen if show else contextlib.nullcontext(), client.runtime.ends.watch(handle.id) as ended:
+        with screen if show else contextlib.nullcontext(), client.watch_end(handle.id) as ended:
             while True:
                 record = client.get(handle.id)
                 if show:
-                    latest = latest_metrics(client.runtime.db, handle.id)
+                    latest = client.series.newest(handle.id)
                     screen.update(live.progress_view(record, total, latest, activity))
                 if record.status.is_terminal():
                     return
@@ -96,8 +93,7 @@ def _finish(client: Client, run_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(record.model_dump_json(indent=2))
     else:
-        db = client.runtime.db
-        render.console().print(render.run_summary(record, series_of(db, run_id), artifacts_of(db, run_id)))
+        render.console().print(render.run_summary(record, client.metrics(run_id), client.artifacts(run_id)))
     sys.exit(0 if record.status is RunStatus.OK else EXIT_RUN_FAILED)
 
 
@@ -107,12 +103,12 @@ def _run(flow_ref: str, params: tuple[str, ...], seed: int | None, group: str | 
         if detach and client.settings.embedded:
             raise click.UsageError("--detach needs a shared broker (FLUKSIO_BROKER_URL); the embedded default "
                                    "runs inside this command and stops with it")
-        flow = client.runtime.registry.resolve(flow_ref)
+        flow = client.flow(flow_ref)
         values = parse_params(params, string_inputs(flow.inputs))
         watching = not (detach or as_json)
         # Listen before submitting: in the embedded default the first calls may start before submit returns.
         activity = live.RunActivity() if watching else None
-        unsubscribe = client.runtime.events.subscribe(activity.observe) if activity else (lambda: None)
+        unsubscribe = client.subscribe(activity.observe) if activity else (lambda: None)
         try:
             handle = client.submit(flow, values, seed=seed, group=group, no_cache=no_cache, priority=priority)
             if detach:
@@ -195,12 +191,12 @@ def sweep(flow: str, grid: tuple[str, ...], seeds: str | None, params: tuple[str
           priority: int) -> None:
     """Run FLOW once per combination of grid values (and seeds), as one group."""
     with _client() as client:
-        resolved = client.runtime.registry.resolve(flow)
+        resolved = client.flow(flow)
         fixed = parse_params(params, string_inputs(resolved.inputs))
         result = client.sweep(resolved, parse_grid(grid), parse_seeds(seeds), fixed, no_cache, priority)
         render.console(stderr=True).print(f"group [bold]{result.group_id}[/bold]: {len(result.runs)} run(s)")
         records = result.wait()
-        latest = latest_values_of_runs(client.runtime.db, [r.id for r in records])
+        latest = client.latest_metrics([r.id for r in records])
         out = render.console()
         out.print(render.runs_table(records, latest, width=out.width))
         sys.exit(0 if all(r.status is RunStatus.OK for r in records) else EXIT_RUN_FAILED)
@@ -220,7 +216,7 @@ def runs(flow: str | None, status: str | None, group: str | None, schedule_name:
     with _client() as client:
         records = client.runs(flow=flow, status=status, group=group, limit=limit, schedule=schedule_name,
                               parent=parent)
-        latest = latest_values_of_runs(client.runtime.db, [r.id for r in records])
+        latest = client.latest_metrics([r.id for r in records])
         if as_json:
             click.echo(json.dumps([{**json.loads(r.model_dump_json()), "metrics": latest[r.id]} for r in records],
                                   indent=2))
@@ -251,8 +247,7 @@ def show(run_id: str, logs_of: str | None, as_json: bool) -> None:
         if as_json:
             click.echo(record.model_dump_json(indent=2))
             return
-        db = client.runtime.db
-        render.console().print(render.run_summary(record, series_of(db, record.id), artifacts_of(db, record.id)))
+        render.console().print(render.run_summary(record, client.metrics(record.id), client.artifacts(record.id)))
 
 
 @cli.command()
@@ -271,8 +266,7 @@ def resume(run_id: str, detach: bool, as_json: bool) -> None:
             return
         if not as_json:
             render.console(stderr=True).print(f"run [bold]{handle.id}[/bold] resumed from {record.resumed_from}")
-        names = client.runtime.registry.names()
-        total = len(client.runtime.registry.get(record.flow).nodes) if record.flow in names else len(
+        total = len(client.flow(record.flow).nodes) if record.flow in client.flows() else len(
             {n.node for n in record.nodes})
         try:
             _wait_live(client, handle, total, None, quiet=as_json)

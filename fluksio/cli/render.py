@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+import click
+from pydantic import BaseModel
 from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from fluksio.schemas import NodeRecord, Resources, RunRecord
+
+R = TypeVar("R", bound=BaseModel)
 
 STATUS_STYLE = {
     "ok": "green", "cached": "cyan", "running": "yellow", "queued": "blue", "error": "red",
@@ -246,6 +251,24 @@ def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], a
         parts.append(Text("result " + json.dumps(display_value(record.result), indent=2, default=str,
                                                  ensure_ascii=False)))
     return Group(*parts)
+
+
+def print_listing(records: Sequence[R], as_json: bool, empty: str, columns: Sequence[str],
+                  row: Callable[[R], Sequence[str | Text]]) -> None:
+    """What a command that lists records prints: with ``as_json``, the records as one JSON array; else the line
+    ``empty`` when there are none, or a table of ``columns`` with one ``row(record)`` per record."""
+    if as_json:
+        click.echo(json.dumps([json.loads(r.model_dump_json()) for r in records], indent=2))
+        return
+    if not records:
+        click.echo(empty)
+        return
+    table = Table(show_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column)
+    for record in records:
+        table.add_row(*row(record))
+    console().print(table)
 
 
 def name_list(names: list[str], shown: int = 3) -> str:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 
 import click
-from rich.table import Table
 
 from fluksio.cli import render
 from fluksio.cli.connection import open_client
@@ -48,7 +46,7 @@ def add(name: str, flow: str, cron: str | None, tz: str | None, every: str | Non
         seed: int | None, priority: int, catchup: str) -> None:
     """Add schedule NAME: a run of FLOW (path/file.py:attr, package.module:attr or a registered name) per tick."""
     with open_client() as client:
-        resolved = client.runtime.registry.resolve(flow)
+        resolved = client.flow(flow)
         values = parse_params(params, string_inputs(resolved.inputs))
         record = client.schedule(name, resolved, cron=cron, tz=tz, every=every, params=values, seed=seed,
                                  priority=priority, catchup=catchup)
@@ -61,22 +59,17 @@ def list_(as_json: bool) -> None:
     """List the schedules, with their last and next ticks."""
     with open_client() as client:
         records = client.schedules.list()
-    if as_json:
-        click.echo(json.dumps([json.loads(r.model_dump_json()) for r in records], indent=2))
-        return
-    if not records:
-        click.echo("no schedules; `fluksio schedule add NAME FLOW --cron … | --every …` adds one")
-        return
-    table = Table(show_edge=False, header_style="bold")
-    for column in ("name", "flow", "when", "params", "catchup", "state", "last tick", "next tick"):
-        table.add_column(column)
-    for r in records:
-        params = ", ".join(f"{k}={render.short(v, 20)}" for k, v in r.params.items())
-        if r.seed is not None:
-            params = f"{params}, seed={r.seed}" if params else f"seed={r.seed}"
-        table.add_row(r.name, r.flow, _rule(r), params or "-", r.catchup.value, "paused" if r.paused else "active",
-                      _when(r.last_tick), _when(r.next_tick))
-    render.console().print(table)
+    render.print_listing(
+        records, as_json, "no schedules; `fluksio schedule add NAME FLOW --cron … | --every …` adds one",
+        ("name", "flow", "when", "params", "catchup", "state", "last tick", "next tick"), _schedule_row)
+
+
+def _schedule_row(r: ScheduleRecord) -> list[str]:
+    params = ", ".join(f"{k}={render.short(v, 20)}" for k, v in r.params.items())
+    if r.seed is not None:
+        params = f"{params}, seed={r.seed}" if params else f"seed={r.seed}"
+    return [r.name, r.flow, _rule(r), params or "-", r.catchup.value, "paused" if r.paused else "active",
+            _when(r.last_tick), _when(r.next_tick)]
 
 
 @schedule.command()

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from fluksio.broker.events.redis import EventStream, RedisEvents
+from fluksio.broker.events.redis import EventStream
 from fluksio.cli import live, render
 from fluksio.cli.connection import open_client
 from fluksio.client import Client
@@ -42,9 +42,7 @@ def watch(run_id: str | None, timeout: float | None, as_json: bool) -> None:
             "default a run's events are only visible inside the process running it (`fluksio run` shows them "
             "live). Set FLUKSIO_BROKER_URL to the installation's Redis to watch runs from another terminal")
     with open_client(settings) as client:
-        events = client.runtime.events
-        assert isinstance(events, RedisEvents)
-        with events.stream() as stream:  # subscribed before the run's row is read: nothing falls between
+        with client.event_stream() as stream:  # subscribed before the run's row is read: nothing falls between
             record = client.get(run_id) if run_id else None
             if record is not None and record.status.is_terminal():
                 if not _print_its_end(stream, record, as_json):

@@ -14,15 +14,10 @@ from datetime import datetime
 from typing import Any, BinaryIO
 
 from fluksio.artifacts.digests import validate_digest
-from fluksio.artifacts.store import with_local_copy
 from fluksio.client import Client
 from fluksio.errors import ArtifactError, InvalidRequest, RunNotFound, RunRejected
-from fluksio.runs.metrics import latest_values_of_runs, sources_of
 from fluksio.schemas import RunRecord, RunStatus
-from fluksio.store import run_rows
-from fluksio.store.metrics import read_series
 from fluksio.store.models import RunArtifact
-from fluksio.store.nodes import artifact_by_digest, artifacts_of
 from fluksio.ui.downsample import downsample
 from fluksio.ui.views import CallRef, parse_call_id
 
@@ -59,7 +54,9 @@ class RunFilters:
 
 
 @dataclass
-class RunsPage:
+class RunListing:
+    """A page of runs as :func:`list_runs` finds them."""
+
     filters: RunFilters
     records: list[RunRecord]
     #: Each run's newest value of each metric.
@@ -74,16 +71,14 @@ class RunsPage:
                 "total": self.total, "limit": self.filters.limit, "offset": self.filters.offset}
 
 
-def list_runs(client: Client, filters: RunFilters, flow_names: bool = False) -> RunsPage:
+def list_runs(client: Client, filters: RunFilters, flow_names: bool = False) -> RunListing:
     """A page of runs as ``filters`` ask; with ``flow_names``, every flow's name too (a ``SELECT DISTINCT`` over
     all runs that the API and the page's live refresh every 2 s do not need)."""
-    db = client.runtime.db
-    parent = run_rows.get_run(db, filters.parent).id if filters.parent else None
     records = client.runs(flow=filters.flow, status=filters.status, group=filters.group, limit=filters.limit,
-                          parent=parent, offset=filters.offset)
-    return RunsPage(filters, records, latest_values_of_runs(db, [r.id for r in records]),
-                    run_rows.count_runs(db, filters.flow, filters.status, filters.group, parent),
-                    run_rows.flow_names(db) if flow_names else [])
+                          parent=filters.parent, offset=filters.offset)
+    return RunListing(filters, records, client.latest_metrics([r.id for r in records]),
+                      client.count_runs(filters.flow, filters.status, filters.group, parent=filters.parent),
+                      client.flows_with_runs() if flow_names else [])
 
 
 @dataclass
@@ -104,21 +99,20 @@ class RunDetail:
 
 
 def run_detail(client: Client, run_id: str) -> RunDetail:
-    db = client.runtime.db
-    row = run_rows.get_run(db, run_id)
-    record = run_rows.load_record(db, row.id)
-    artifacts = [artifact_json(a) for a in artifacts_of(db, row.id)]
-    children = client.runs(parent=row.id, limit=CHILDREN_MAX)
-    detail = RunDetail(record, row.resumed_at, artifacts, children, sources=sources_of(db, row.id))
+    record = client.get(run_id)
+    artifacts = [artifact_json(a) for a in client.artifacts(record.id)]
+    children = client.runs(parent=record.id, limit=CHILDREN_MAX)
+    detail = RunDetail(record, client.resumed_at(record.id), artifacts, children,
+                       sources=client.series.sources(record.id))
     if not record.status.is_terminal():
         snapshot = client.placement()
         for machine in snapshot["machines"]:
             for grant in machine.get("grants", []):
                 ref = parse_call_id(grant["id"])
-                if ref is not None and ref.run_id == row.id:
+                if ref is not None and ref.run_id == record.id:
                     detail.running.append({**_call_json(ref, grant["id"]), "machine": machine["name"],
                                            "gpus": grant["gpus"], "cpus": grant["cpus"], "ram_mb": grant["ram_mb"]})
-        detail.waiting = [w for w in snapshot["waiting"] if w["run_id"] == row.id]
+        detail.waiting = [w for w in snapshot["waiting"] if w["run_id"] == record.id]
     return detail
 
 
@@ -137,9 +131,8 @@ def metrics(client: Client, run_id: str, points: int, name: str | None = None, s
             end: int | None = None) -> dict[str, Any]:
     """The run's series (or the one named), each downsampled to at most ``points``, between steps ``start``
     and ``end`` when given; ``sizes``: how many points each has in the store (in that range)."""
-    db = client.runtime.db
-    run = run_rows.get_run(db, run_id)
-    sources = sources_of(db, run.id)
+    run = client.get(run_id, nodes=False)
+    sources = client.series.sources(run.id)
     if name is not None and name not in sources:
         known = ", ".join(sources) or "none"
         raise RunNotFound(f"run {run.id} has no metric {name!r} (it has: {known})")
@@ -147,16 +140,15 @@ def metrics(client: Client, run_id: str, points: int, name: str | None = None, s
     for series_name, (source, _count) in sources.items():
         if name is not None and series_name != name:
             continue
-        full = read_series(db, source, series_name, start, end)
+        full = client.series.read(source, series_name, start, end)
         sizes[series_name] = len(full)
         series[series_name] = [list(p) for p in downsample(full, points)]
     return {"run_id": run.id, "points": points, "start": start, "end": end, "series": series, "sizes": sizes}
 
 
 def metric_sources(client: Client, run_id: str) -> dict[str, tuple[str, int]]:
-    """Each series of the run: the run holding its points and how many there are (see ``sources_of``)."""
-    db = client.runtime.db
-    return sources_of(db, run_rows.get_run(db, run_id).id)
+    """Each series of the run: the run holding its points and how many there are (``client.series.sources``)."""
+    return client.series.sources(run_id)
 
 
 def metric_of(series_name: str) -> str:
@@ -177,7 +169,6 @@ class ChartData:
 def run_charts(client: Client, detail_sources: dict[str, tuple[str, int]], metric: str | None = None,
                start: int | None = None, end: int | None = None) -> list[ChartData]:
     """One chart per metric (a line per series: the node's, or each mapped element's), downsampled."""
-    db = client.runtime.db
     charts: dict[str, ChartData] = {}
     for series_name, (source, _count) in detail_sources.items():
         name = metric_of(series_name)
@@ -187,7 +178,7 @@ def run_charts(client: Client, detail_sources: dict[str, tuple[str, int]], metri
         if len(chart.lines) >= LINES_MAX:
             chart.hidden += 1
             continue
-        full = read_series(db, source, series_name, start, end)
+        full = client.series.read(source, series_name, start, end)
         chart.lines.append((series_name, downsample(full, CHART_POINTS), len(full)))
     return list(charts.values())
 
@@ -208,21 +199,20 @@ class Comparison:
 def compare(client: Client, run_ids: list[str], group: str | None, metric: str | None,
             start: int | None = None, end: int | None = None) -> Comparison:
     """The runs named (ids or prefixes), or a group's, oldest first: params, final metrics, one metric's lines."""
-    db = client.runtime.db
     if not run_ids and not group:
         raise InvalidRequest("name the runs to compare: /compare?runs=ID,ID,… or /compare?group=GROUP")
     if len(run_ids) > COMPARE_MAX:
         raise InvalidRequest(f"at most {COMPARE_MAX} runs can be compared at once, got {len(run_ids)}")
-    records = [run_rows.to_record(run_rows.get_run(db, r), []) for r in run_ids]
+    records = [client.get(r, nodes=False) for r in run_ids]
     in_group = 0
     if group:
         members = client.runs(group=group, limit=COMPARE_MAX)
         if not members:
             raise RunNotFound(f"no runs in group {group!r}")
         records += members[::-1]
-        in_group = run_rows.count_runs(db, group=group)
+        in_group = client.count_runs(group=group)
     records = list({r.id: r for r in records}.values())
-    finals = latest_values_of_runs(db, [r.id for r in records])
+    finals = client.latest_metrics([r.id for r in records])
     names = sorted({n for m in finals.values() for n in m})
     if metric is not None and metric not in names:
         raise InvalidRequest(f"none of these runs has a metric {metric!r} (they have: {', '.join(names) or 'none'})")
@@ -230,9 +220,9 @@ def compare(client: Client, run_ids: list[str], group: str | None, metric: str |
     lines = []
     if chosen is not None:
         for record in records:
-            source = sources_of(db, record.id).get(chosen)
+            source = client.series.sources(record.id).get(chosen)
             if source is not None:
-                full = read_series(db, source[0], chosen, start, end)
+                full = client.series.read(source[0], chosen, start, end)
                 lines.append((record, downsample(full, CHART_POINTS), len(full)))
     return Comparison(records, finals, names, chosen, lines, group, in_group)
 
@@ -248,10 +238,7 @@ def artifact_file(client: Client, digest: str) -> tuple[RunArtifact, BinaryIO]:
         validate_digest(digest)
     except ArtifactError as exc:
         raise InvalidRequest(str(exc)) from None
-    row = artifact_by_digest(client.runtime.db, digest)
-    if row is None:
-        raise ArtifactError(f"no run made an artifact {digest}")
-    return row, with_local_copy(client.runtime.artifacts, digest, lambda path: path.open("rb"))
+    return client.artifact(digest), client.open_artifact(digest)
 
 
 def machines(client: Client) -> dict[str, Any]:
@@ -268,9 +255,9 @@ def machines(client: Client) -> dict[str, Any]:
 
 def cancel_run(client: Client, run_id: str) -> dict[str, Any]:
     """Cancel a queued or running run (a running one stops once its driver hears it); ``{run_id, status}``."""
-    run = run_rows.get_run(client.runtime.db, run_id)
-    if RunStatus(run.status).is_terminal():
-        raise RunRejected(f"run {run.id} already ended {run.status}: nothing to cancel")
+    run = client.get(run_id, nodes=False)
+    if run.status.is_terminal():
+        raise RunRejected(f"run {run.id} already ended {run.status.value}: nothing to cancel")
     status = client.cancel(run.id, "cancelled in the explorer")
     return {"run_id": run.id, "status": status.value}
 

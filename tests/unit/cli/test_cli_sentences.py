@@ -4,6 +4,8 @@ confirms, a closed client."""
 from __future__ import annotations
 
 import logging
+import threading
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -72,12 +74,12 @@ def test_ctrl_c_whose_cancel_is_slow_to_land_ends_with_a_line_not_a_traceback(ca
         def wait(self, timeout: float) -> None:
             raise TimeoutError(f"run 01SLOW is still running after {timeout:g} s")
 
-    class Runtime:
-        ends = RunEnds()
-
     class Client:
         cancelled: list[str] = []
-        runtime = Runtime()
+        ends = RunEnds()
+
+        def watch_end(self, run_id: str) -> AbstractContextManager[threading.Event]:
+            return self.ends.watch(run_id)
 
         def get(self, run_id: str) -> None:
             raise KeyboardInterrupt  # Ctrl-C while the command shows the run

@@ -18,7 +18,7 @@ def test_placer_lists_who_waits_in_grant_order_and_each_pools_use(tmp_path, monk
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'runs.db'}", artifacts_dir=tmp_path / "artifacts",
                         cpus=1, machine_name="laptop", pools={"licenses": 1})
     client = connect(settings)
-    placer = client.runtime.placer
+    placer = client._runtime.placer
     placer.try_claim(Request("run-a.hog.1", Resources(), run_id="run-a", node="hog", pool="licenses"))
     placer.try_claim(Request("run-b.solve.1", Resources(), run_id="run-b", node="solve", priority=0))
     placer.try_claim(Request("run-c.urgent.1", Resources(), run_id="run-c", node="urgent", priority=5,

@@ -25,7 +25,7 @@ def test_a_cancel_message_the_row_does_not_hold_is_ignored(tmp_path, caplog: pyt
     with connect(settings) as client:
         handle = client.submit(flow)
         assert started.wait(30)
-        client.runtime.inbox.push(handle.id, Cancel())  # no cancel was asked for: the row says no
+        client._runtime.inbox.push(handle.id, Cancel())  # no cancel was asked for: the row says no
         ignored = f"run {handle.id}: ignoring a cancel message its row does not ask for"
         deadline = threading.Event()
         for _ in range(300):

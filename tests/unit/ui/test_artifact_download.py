@@ -3,18 +3,18 @@ is fetched again, never answered with a server error."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
+from fluksio import Client, Settings, connect
 from fluksio.artifacts import digest_of
 from fluksio.artifacts.store import FETCHES
 from fluksio.errors import ArtifactError
-from fluksio.store.db import Database
 from fluksio.store.nodes import ArtifactRow, NodeRow, record_nodes
 from fluksio.ui import queries
-from tests.unit.store.test_listing import add_run
+from tests.unit.store.runs import add_run
 
 DATA = b"the model's bytes"
 DIGEST = digest_of(DATA)
@@ -35,25 +35,33 @@ class EvictedCopies:
         return copy
 
 
-def download(db: Database, store: EvictedCopies):  # type: ignore[no-untyped-def]
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[Client]:
+    with connect(Settings(database_url=f"sqlite:///{tmp_path / 'runs.db'}", artifacts_dir=tmp_path / "artifacts",
+                          cpus=1)) as client:
+        yield client
+
+
+def download(client: Client, store: EvictedCopies):  # type: ignore[no-untyped-def]
+    db = client._runtime.db
     run = add_run(db)
     record_nodes(db, [NodeRow(run_id=run, node="fit", status="ok")],
                  [ArtifactRow(run_id=run, node="fit", message="model", digest=DIGEST, size=len(DATA),
                               media_type="application/octet-stream", name="model.bin")])
-    client = SimpleNamespace(runtime=SimpleNamespace(db=db, artifacts=store))
-    return queries.artifact_file(client, DIGEST)  # type: ignore[arg-type]
+    client._runtime.artifacts = store  # type: ignore[assignment]  # an object store another process evicts from
+    return queries.artifact_file(client, DIGEST)
 
 
-def test_a_copy_evicted_before_it_was_opened_is_fetched_again(db: Database, tmp_path: Path) -> None:
+def test_a_copy_evicted_before_it_was_opened_is_fetched_again(client: Client, tmp_path: Path) -> None:
     store = EvictedCopies(tmp_path, evicted=1)
-    row, handle = download(db, store)
+    row, handle = download(client, store)
     with handle:
         assert handle.read() == DATA and row.name == "model.bin"
     assert store.fetches == 2
 
 
-def test_a_copy_evicted_at_every_fetch_is_an_artifact_error_naming_why(db: Database, tmp_path: Path) -> None:
+def test_a_copy_evicted_at_every_fetch_is_an_artifact_error_naming_why(client: Client, tmp_path: Path) -> None:
     store = EvictedCopies(tmp_path, evicted=FETCHES)
     with pytest.raises(ArtifactError, match=f"{DIGEST}: this host's copy was removed each time as soon as it"):
-        download(db, store)
+        download(client, store)
     assert store.fetches == FETCHES

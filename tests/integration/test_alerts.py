@@ -69,8 +69,8 @@ def test_a_failing_run_sends_a_signed_webhook(tmp_path: Path, receiver: WebhookR
         record = client.submit(exploding, {"batch": 3}).wait(timeout=30)
         assert record.status.value == "error"
         [request] = wait_for(lambda: receiver.requests, 10, "the webhook")
-        wait_for(lambda: alert_rows.list_alerts(client.runtime.db), 10, "the alert log's row")
-        [logged] = alert_rows.list_alerts(client.runtime.db)
+        wait_for(lambda: alert_rows.list_alerts(client._runtime.db), 10, "the alert log's row")
+        [logged] = alert_rows.list_alerts(client._runtime.db)
     expected = "sha256=" + hmac.new(SECRET.encode(), request.body, hashlib.sha256).hexdigest()
     assert request.path == "/hook" and request.headers["X-Fluksio-Signature"] == expected
     assert request.headers["Content-Type"] == "application/json"
@@ -89,7 +89,7 @@ def test_a_receiver_answering_500_twice_gets_the_alert_on_the_third_try(tmp_path
                                                                    "format": "slack"}}]
     with connect(embedded(tmp_path, rules)) as client:
         record = client.submit(exploding).wait(timeout=30)
-        rows = wait_for(lambda: alert_rows.list_alerts(client.runtime.db), 15, "the alert to be sent")
+        rows = wait_for(lambda: alert_rows.list_alerts(client._runtime.db), 15, "the alert to be sent")
     assert [r.answered for r in receiver.requests] == [500, 500, 200]
     assert len({r.body for r in receiver.requests}) == 1  # the same alert each time
     text = json.loads(receiver.requests[-1].body)["text"]
@@ -106,10 +106,10 @@ def test_an_unreachable_target_does_not_delay_the_runs_end(tmp_path: Path) -> No
             node_end = max(n.finished_at for n in record.nodes if n.finished_at)
             # The run ended as soon as its node did, while its alert still hangs on the silent port.
             assert (record.finished_at - node_end).total_seconds() < 1.0
-            assert alert_rows.list_alerts(client.runtime.db) == []
+            assert alert_rows.list_alerts(client._runtime.db) == []
             second = client.submit(fine).wait(timeout=30)  # the next run is not held up either
             assert second.status.value == "ok" and second.duration_ms < 2000
-            rows = wait_for(lambda: [r for r in alert_rows.list_alerts(client.runtime.db) if r.run_id == record.id],
+            rows = wait_for(lambda: [r for r in alert_rows.list_alerts(client._runtime.db) if r.run_id == record.id],
                             20, "the alert's final failure")
     finally:
         hole.close()
@@ -140,7 +140,7 @@ def test_an_email_rule_mails_through_a_real_smtp_server(tmp_path: Path) -> None:
                             smtp_from="fluksio@example.org")
         with connect(settings) as client:
             record = client.submit(exploding).wait(timeout=30)
-            wait_for(lambda: alert_rows.list_alerts(client.runtime.db), 15, "the mail alert")
+            wait_for(lambda: alert_rows.list_alerts(client._runtime.db), 15, "the mail alert")
     finally:
         controller.stop()
     [envelope] = received

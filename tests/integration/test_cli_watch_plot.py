@@ -21,7 +21,6 @@ from rich.console import Console
 from fluksio import Client, RunStatus
 from fluksio.cli import live
 from fluksio.constants import EVENTS_CHANNEL
-from fluksio.store.metrics import latest_metrics
 from tests.integration.support import cluster_flows as flows
 from tests.integration.support.cluster import Cluster, running_cluster
 from tests.integration.support.servers import in_ci
@@ -243,7 +242,7 @@ def test_the_live_display_shows_what_runs_where_what_waits_and_why_and_the_lates
         cluster: Cluster, client: Client) -> None:
     frames: list[str] = []
     activity = live.RunActivity()
-    unsubscribe = client.runtime.events.subscribe(activity.observe)  # before submit: no event is missed
+    unsubscribe = client.subscribe(activity.observe)  # before submit: no event is missed
     try:
         other = client.submit(flows.gated, {"tag": "live-other"})
         wait_for_mark(cluster, "live-other.started")
@@ -252,8 +251,7 @@ def test_the_live_display_shows_what_runs_where_what_waits_and_why_and_the_lates
         (cluster.marks / "live-other.go").write_text("go")
         deadline = time.monotonic() + 60
         while not (record := client.get(run.id)).status.is_terminal() and time.monotonic() < deadline:
-            frames.append(frame(live.progress_view(record, 8, latest_metrics(client.runtime.db, run.id),
-                                                     activity)))
+            frames.append(frame(live.progress_view(record, 8, client.series.newest(run.id), activity)))
             time.sleep(0.05)
     finally:
         unsubscribe()
@@ -268,7 +266,7 @@ def test_the_live_display_shows_what_runs_where_what_waits_and_why_and_the_lates
     assert waiting and all(len(line.split()) > 4 for line in waiting), busy[0]  # a reason after the node name
     assert any(f.startswith("running") and "nodes done" in f for f in frames)
     metered = client.submit(flows.metered, {"lr": 0.5, "steps": 4, "pause": 0.0}).wait(timeout=60)
-    final = frame(live.progress_view(metered, 3, latest_metrics(client.runtime.db, metered.id)))
+    final = frame(live.progress_view(metered, 3, client.series.newest(metered.id)))
     assert final.splitlines()[0].startswith("ok  3/3 nodes done")
     assert f"loss {1.5 * 0.75 ** 4:.4g} (step 3)" in final
 

@@ -18,7 +18,6 @@ import pytest
 from fluksio import Client, Flow, RunRecord, RunRejected, RunStatus
 from fluksio.artifacts import LocalArtifactStore
 from fluksio.errors import OutputNotFound
-from fluksio.store.nodes import artifacts_of
 from fluksio.store.run_rows import node_rows
 from tests.integration.support import codec_flows as flows
 
@@ -42,12 +41,12 @@ def test_each_typed_value_crosses_a_node_boundary_as_the_same_type_with_equal_co
                                "colour": type_path(flows.Colour), "span": type_path(flows.Interval)}
     assert report["equal"] == dict.fromkeys(report["types"], True)
     # The run's rows say which codec carried each stored value, its size and its digest.
-    made = {a.message: a for a in artifacts_of(client.runtime.db, record.id) if a.node == "make"}
+    made = {a.message: a for a in client.artifacts(record.id) if a.node == "make"}
     assert {m: a.codec for m, a in made.items()} == {"arr": "numpy", "frame": "pandas", "span": "interval"}
     for message, artifact in made.items():
         ref = record.result[message]["$artifact"]
         assert (ref["digest"], ref["size"], ref["codec"]) == (artifact.digest, artifact.size, artifact.codec)
-        assert client.runtime.artifacts.path(artifact.digest).stat().st_size == artifact.size
+        assert client._runtime.artifacts.path(artifact.digest).stat().st_size == artifact.size
     # JSON values stay JSON in the rows: the model and the dataclass as objects, the enum as its value.
     assert record.result["cfg"] == {"lr": 0.6000000000000001, "day": "2026-01-02"}
     assert record.result["box"] == {"width": 6, "tags": ["a", "b"]} and record.result["colour"] == "blue"
@@ -102,7 +101,7 @@ def test_the_run_cache_restores_a_codec_output_without_a_call_under_the_same_dig
     restored = node_of(second, "make_frame")
     assert restored.status.value == "cached" and restored.cached_from == first.id and restored.machine is None
     assert len(list((tmp_path / "marks").glob("again.*"))) == 1  # one call, in the first run
-    rows = {r.id: {row.node: row.outputs for row in node_rows(client.runtime.db, r.id)} for r in (first, second)}
+    rows = {r.id: {row.node: row.outputs for row in node_rows(client._runtime.db, r.id)} for r in (first, second)}
     assert rows[second.id]["make_frame"] == rows[first.id]["make_frame"]  # the same reference, the same digest
     # The reader's key holds that reference, so it is restored too: nothing is decoded to compare.
     assert node_of(second, "total").status.value == "cached"
@@ -161,12 +160,12 @@ def test_a_20_mb_array_between_two_nodes_is_encoded_once_and_never_carried_as_js
     record = client.submit(flows.big, {"megabytes": 20}, no_cache=True).wait(timeout=120)
     assert record.status is RunStatus.OK and record.result == {"mean": 0.5}
     assert calls == {"encode": 1, "load": 1}  # written once by the producer, read once by the consumer
-    outputs = {row.node: row.outputs for row in node_rows(client.runtime.db, record.id)}
+    outputs = {row.node: row.outputs for row in node_rows(client._runtime.db, record.id)}
     assert len(json.dumps(outputs["fill"])) < 300  # the row (and the call's message) holds only the reference
-    (stored,) = artifacts_of(client.runtime.db, record.id)
+    (stored,) = client.artifacts(record.id)
     assert stored.codec == "numpy" and stored.size > 20 * (1 << 20)
-    big_files = [p for p in client.runtime.artifacts.root.rglob("*") if p.is_file() and p.stat().st_size > 1 << 20]
-    assert big_files == [client.runtime.artifacts.path(stored.digest)]
+    big_files = [p for p in client._runtime.artifacts.root.rglob("*") if p.is_file() and p.stat().st_size > 1 << 20]
+    assert big_files == [client._runtime.artifacts.path(stored.digest)]
 
 
 def test_fluksio_show_names_the_codec_size_and_digest_and_artifact_get_writes_the_encoded_file(

@@ -12,6 +12,7 @@ import pytest
 from fluksio import Client, RunStatus
 from tests.integration.support import cluster_flows as flows
 from tests.integration.support.cluster import Cluster, running_cluster
+from tests.integration.support.intervals import max_overlap
 
 pytestmark = pytest.mark.integration
 
@@ -32,15 +33,6 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 def client(cluster: Cluster) -> Iterator[Client]:
     with cluster.client() as connected:
         yield connected
-
-
-def max_overlap(intervals: list[tuple[float, float]]) -> int:
-    points = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
-    best = current = 0
-    for _, delta in points:
-        current += delta
-        best = max(best, current)
-    return best
 
 
 def test_never_more_concurrent_calls_on_a_machine_than_its_cpus(client: Client) -> None:

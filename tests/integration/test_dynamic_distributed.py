@@ -10,8 +10,8 @@ import pytest
 from fluksio import Client, RunStatus
 from tests.integration.support import cluster_flows as flows
 from tests.integration.support.cluster import Cluster, running_cluster
+from tests.integration.support.intervals import max_overlap
 from tests.integration.support.servers import alive, wait_for
-from tests.integration.test_distributed import max_overlap
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from fluksio import Client, Flow, Resources, RunStatus, Settings, connect
-from fluksio.store.nodes import artifacts_of
 
 pytestmark = pytest.mark.integration
 
@@ -172,7 +171,7 @@ def test_waiting_elements_are_counted_in_the_reason_the_placer_and_the_events(tm
 
     events: list[dict] = []
     with connect(settings) as client:
-        client.runtime.events.subscribe(lambda e: events.append(e) if e.get("event") == "node_queued" else None)
+        client.subscribe(lambda e: events.append(e) if e.get("event") == "node_queued" else None)
         run = client.submit(flow, {"xs": list(range(6))})
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and "of 6 elements" not in (client.get(run.id).status_reason or ""):
@@ -273,5 +272,5 @@ def test_artifacts_of_elements_are_recorded_with_their_element(client: Client) -
               map={"x": "xs"})
     record = client.submit(flow, {"xs": [1, 2]}).wait(timeout=60)
     assert record.status is RunStatus.OK
-    rows = artifacts_of(client.runtime.db, record.id)
+    rows = client.artifacts(record.id)
     assert sorted((a.element, a.name) for a in rows) == [(0, "b1.bin"), (1, "b2.bin")]

@@ -76,7 +76,7 @@ def test_a_worker_started_before_the_edit_refuses_calls_of_runs_claimed_with_the
     edit(cluster)
     cluster.start_worker("drivers-a", "--drivers-only")  # the drivers load the edited file
     with connect_to(cluster) as client:
-        edited_digest = code_digest(client.runtime.registry.get("edited"))  # the file on disk now
+        edited_digest = code_digest(client.flow("edited"))  # the file on disk now
         record = client.submit("edited", {"x": 1}).wait(timeout=60)
         assert record.status is RunStatus.ERROR, record.status_reason
         assert record.code_digest == edited_digest
@@ -87,9 +87,9 @@ def test_a_worker_started_before_the_edit_refuses_calls_of_runs_claimed_with_the
         assert f"here, {edited_digest[:19]}… in the run's driver)" in node.error
         assert node.error.endswith("restart `fluksio worker` on stale-a (or the drivers) so that both load the "
                                    "same code")
-        spec = client.runtime.registry.get("edited").nodes["step"]
+        spec = client.flow("edited").nodes["step"]
         key = cache_key("edited", spec, edited_digest, {"x": 1})
-        assert lookup(client.runtime.db, client.runtime.artifacts, key) is None
+        assert lookup(client._runtime.db, client._runtime.artifacts, key) is None
 
         # Restarted as the message says, the worker loads the edited code and the run goes through on it.
         cluster.stop("stale-a")
@@ -99,7 +99,7 @@ def test_a_worker_started_before_the_edit_refuses_calls_of_runs_claimed_with_the
         assert record.status is RunStatus.OK, record.status_reason
         assert record.result == {"y": 1001} and record.nodes[0].status == "ok"
         assert record.code_digest == edited_digest
-        assert lookup(client.runtime.db, client.runtime.artifacts, key) is not None
+        assert lookup(client._runtime.db, client._runtime.artifacts, key) is not None
 
 
 def test_a_gpu_call_in_a_fresh_interpreter_refuses_to_run_the_edited_file(cluster: Cluster) -> None:
@@ -108,12 +108,12 @@ def test_a_gpu_call_in_a_fresh_interpreter_refuses_to_run_the_edited_file(cluste
                          env={"FLUKSIO_GPU_FORK_SERVER": "false"})
     cluster.wait_attached("gpu-old")
     with connect_to(cluster) as client:
-        loaded = client.runtime.registry.digest("edited_gpu")
+        loaded = client._runtime.registry.digest("edited_gpu")
         record = client.submit("edited_gpu", {"x": 1}).wait(timeout=60)
         assert record.status is RunStatus.OK and record.result == {"y": 2}, record.status_reason
     edit(cluster)
     with connect_to(cluster) as client:
-        on_disk = code_digest(client.runtime.registry.get("edited_gpu"))
+        on_disk = code_digest(client.flow("edited_gpu"))
         assert on_disk != loaded
         record = client.submit("edited_gpu", {"x": 5}).wait(timeout=60)
         assert record.status is RunStatus.ERROR, record.status_reason
@@ -133,7 +133,7 @@ def test_a_gpu_call_forked_from_the_fork_server_runs_the_code_its_worker_loaded(
     cluster.start_worker("gpu-warm", "--labels", "gpu", "--cpus", "1", "--gpus", "0", "--drivers")
     cluster.wait_attached("gpu-warm")
     with connect_to(cluster) as client:
-        loaded = client.runtime.registry.digest("edited_gpu")
+        loaded = client._runtime.registry.digest("edited_gpu")
         # A first run: its drivers process (started beside the worker) has loaded the flows too, before the edit.
         assert client.submit("edited_gpu", {"x": 1}).wait(timeout=60).status is RunStatus.OK
     edit(cluster)

@@ -17,7 +17,6 @@ from fluksio import (
     Settings,
     connect,
 )
-from fluksio.store.nodes import artifacts_of
 
 pytestmark = pytest.mark.integration
 
@@ -66,9 +65,10 @@ def test_a_multi_node_flow_runs_and_its_rows_are_right(client: Client) -> None:
 
     report = record.result["report"]["$artifact"]
     assert report["name"] == "r.txt" and report["size"] == len(b"46/4")
-    rows = artifacts_of(client.runtime.db, run.id)
+    rows = client.artifacts(run.id)
     assert [(a.node, a.message, a.digest) for a in rows] == [("join", "report", report["digest"])]
-    assert client.runtime.artifacts.get(report["digest"]) == b"46/4"
+    with client.open_artifact(report["digest"]) as stored:
+        assert stored.read() == b"46/4"
 
 
 def test_independent_branches_overlap_in_time(client: Client) -> None:
@@ -329,11 +329,11 @@ def test_a_run_driven_here_tells_its_waiters_once_its_end_is_written(client: Cli
         return 1
 
     handle = client.submit(flow)
-    with client.runtime.ends.watch(handle.id) as ended:
+    with client.watch_end(handle.id) as ended:
         gate.set()
         assert ended.wait(30), "the run's end was not told to this process"
         assert handle.status is RunStatus.OK  # told after the row was written, never before
-    assert client.runtime.ends._waiting == {}
+    assert client._runtime.ends._waiting == {}
 
 
 def test_a_call_acknowledged_while_its_worker_sleeps_lets_the_next_call_in(settings: Settings, monkeypatch) -> None:

@@ -13,8 +13,8 @@ from fluksio import Client, RunStatus, connect
 from fluksio.client import RunHandle
 from tests.integration.support import fairshare_flows as flows
 from tests.integration.support.cluster import Cluster, running_cluster
+from tests.integration.support.intervals import max_overlap
 from tests.integration.support.servers import wait_for
-from tests.integration.test_distributed import max_overlap
 
 pytestmark = pytest.mark.integration
 

@@ -151,7 +151,7 @@ def test_200_submits_from_8_processes_all_finish_with_no_duplicate_or_lost_rows(
         deadline = time.monotonic() + 240
         records = [client.handle(run_id).wait(timeout=max(1.0, deadline - time.monotonic())) for run_id in ids]
         lost = sum(r.status is not RunStatus.OK for r in records)
-        with client.runtime.db.read() as session:
+        with client._runtime.db.read() as session:
             node_rows = session.scalar(select(func.count()).select_from(RunNode).where(RunNode.run_id.in_(ids)))
             distinct = session.scalar(select(func.count(func.distinct(RunNode.run_id + RunNode.node)))
                                       .where(RunNode.run_id.in_(ids)))

@@ -6,16 +6,10 @@ The screenshot of the tasks page is kept under test-artifacts/ for people to loo
 
 from __future__ import annotations
 
-import base64
-import importlib.util
-import json
 import os
-import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +19,8 @@ import pytest
 from fluksio import RunStatus
 from tests.integration.support import cluster_flows as flows
 from tests.integration.support.cluster import Cluster, running_cluster
-from tests.integration.support.servers import free_port, in_ci, need
+from tests.integration.support.flower import FlowerProcess, get, wait_consuming
+from tests.integration.support.servers import need, need_module, proc_listeners
 
 pytestmark = pytest.mark.integration
 
@@ -41,96 +36,12 @@ CHROMIUM_FLAGS = [
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def need_module(name: str, install: str) -> None:
-    """Like :func:`need`, for a Python package: skipped outside CI, failed in CI."""
-    if importlib.util.find_spec(name) is None:
-        message = f"{name} is not installed ({install})"
-        if in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
-
-
-def get(url: str, auth: tuple[str, str] | None = None, timeout: float = 10) -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
-    if auth is not None:
-        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(auth).encode()).decode())
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-class FlowerProcess:
-    """`fluksio flower` as a user starts it, on a free 127.0.0.1 port."""
-
-    def __init__(self, cluster: Cluster, *args: str, unauthenticated_api: bool = True) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.workdir = cluster.workdir
-        self.log = cluster.workdir / f"flower-{self.port}.log"
-        env = dict(cluster.env)
-        env.pop("FLOWER_UNAUTHENTICATED_API", None)
-        if unauthenticated_api:
-            env["FLOWER_UNAUTHENTICATED_API"] = "true"
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "fluksio.cli.main", "flower", "--port", str(self.port), *args],
-                cwd=cluster.workdir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-
-    def wait_ready(self, timeout: float = 60) -> FlowerProcess:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"fluksio flower exited {self.process.returncode}: {self.log_text()}")
-            try:
-                if get(f"{self.url}/healthcheck", timeout=1)[0] in (200, 401):
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"Flower did not answer on {self.url}: {self.log_text()}")
-
-    def api(self, path: str) -> Any:
-        status, body = get(self.url + path)
-        assert status == 200, (status, body[:300])
-        return json.loads(body)
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else "(no log)"
-
-    def stop(self) -> None:
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(5)
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     need_module("flower", "pip install 'fluksio[flower]'")
     machines = {"cpu-a": ("--cpus", "2", "--gpus", "none", "--drivers")}
     with running_cluster(tmp_path_factory.mktemp("flower"), machines) as setup:
         yield setup
-
-
-def wait_consuming(cluster: Cluster, hostnames: set[str], timeout: float = 60) -> None:
-    """Until every named Celery worker answers a ping: then it also hears Flower's call for task events.
-
-    (A worker attaches to the placer's books before its Celery consumer starts; one that is not yet
-    consuming misses the broadcast, and gets events only at Flower's next one, 5 s later.)
-    """
-    from fluksio.worker.flower import flower_app
-
-    app = flower_app(cluster.settings())
-    deadline = time.monotonic() + timeout
-    while (answered := {name for reply in app.control.ping(timeout=0.5) for name in reply}) < hostnames:
-        assert time.monotonic() < deadline, f"only {sorted(answered)} answer a ping"
 
 
 @pytest.fixture(scope="module")
@@ -192,21 +103,6 @@ def test_flower_listens_on_127_0_0_1_by_default(flower: FlowerProcess) -> None:
     if listening is None:
         pytest.skip("no /proc/net/tcp here")
     assert listening.get(flower.port) == {"127.0.0.1"}, listening.get(flower.port)
-
-
-def proc_listeners() -> dict[int, set[str]] | None:
-    """Port → local IPv4 addresses listening on it, read from /proc/net/tcp."""
-    table = Path("/proc/net/tcp")
-    if not table.exists():
-        return None
-    listening: dict[int, set[str]] = {}
-    for line in table.read_text().splitlines()[1:]:
-        local, state = line.split()[1], line.split()[3]
-        if state == "0A":  # LISTEN
-            address, port = local.split(":")
-            dotted = ".".join(str(int(address[i:i + 2], 16)) for i in (6, 4, 2, 0))
-            listening.setdefault(int(port, 16), set()).add(dotted)
-    return listening
 
 
 def test_the_tasks_page_shows_the_calls_and_a_screenshot_is_not_blank(flower: FlowerProcess,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fluksio.clock import utcnow
 from fluksio.errors import NodeFailed
 from fluksio.execution.warm import WarmStarts
 from fluksio.messages import NodeCall
@@ -20,7 +21,8 @@ from fluksio.schemas import Grant
 from fluksio.store.db import Database
 from fluksio.store.metrics import read_metrics
 from fluksio.store.models import Run
-from fluksio.store.run_rows import insert_run, utcnow
+from fluksio.store.run_rows import insert_run
+from tests.integration.support.processes import gone, wait_for_mark
 
 pytestmark = pytest.mark.integration
 
@@ -31,30 +33,6 @@ def call_of(flow: str, node: str, inputs: dict | None = None, digest: str | None
     call_id = f"run1.{node}.{time.time_ns()}"
     return NodeCall(call_id=call_id, run_id="run1", flow=flow, node=node, attempt=1, inputs=inputs or {},
                     grant=Grant(id=call_id, machine="box", cpus=1, gpus=(0,)), code_digest=digest)
-
-
-def wait_for_mark(marks: Path, tag: str, timeout: float = 20) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = list(marks.glob(f"{tag}.*"))
-        if found:
-            return int(found[0].suffix[1:])
-        time.sleep(0.02)
-    raise TimeoutError(f"no mark {tag} within {timeout} s")
-
-
-def gone(pid: int, timeout: float = 10) -> bool:
-    """Whether process ``pid`` is gone (or a zombie nobody reaped yet) within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.fixture(scope="module")

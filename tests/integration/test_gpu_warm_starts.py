@@ -14,7 +14,7 @@ import pytest
 from fluksio import Client, RunStatus
 from tests.integration.support import gpu_flows as flows
 from tests.integration.support.cluster import Cluster, running_cluster
-from tests.integration.test_fork_server import gone, wait_for_mark
+from tests.integration.support.processes import gone, wait_for_mark
 
 pytestmark = pytest.mark.integration
 

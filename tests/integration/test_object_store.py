@@ -117,7 +117,7 @@ def reading_flow(name: str) -> Flow:
 
 def test_the_demo_flows_model_round_trips_through_the_bucket(client: Client, moto: MotoServer, url: str,
                                                               tmp_path: Path) -> None:
-    flow = client.runtime.registry.resolve(f"{ROOT / 'examples' / 'demo.py'}:flow")
+    flow = client.flow(f"{ROOT / 'examples' / 'demo.py'}:flow")
     record = client.submit(flow, {"epochs": 30, "n_samples": 100}, seed=3).wait(timeout=120)
     assert record.status is RunStatus.OK, record.status_reason
     digest = digest_in(record.result["model"])
@@ -135,7 +135,7 @@ def test_the_demo_flows_model_round_trips_through_the_bucket(client: Client, mot
 
 def test_fluksio_artifact_get_refuses_a_corrupt_object_and_leaves_no_file(client: Client, moto: MotoServer,
                                                                           url: str, tmp_path: Path) -> None:
-    stored = client.runtime.artifacts.put(Artifact.from_bytes(b"true bytes " * 1000))
+    stored = client._runtime.artifacts.put(Artifact.from_bytes(b"true bytes " * 1000))
     moto.client().put_object(Bucket=BUCKET, Key=key_of(url, stored.digest), Body=b"other bytes")  # type: ignore[attr-defined]
     out = tmp_path / "copy.bin"
     got = fluksio_cli("artifact", "get", stored.digest, "-o", str(out), env=cli_env(tmp_path, url), cwd=tmp_path)
@@ -314,4 +314,4 @@ def test_two_workers_without_a_shared_folder_exchange_a_50_mb_artifact_through_t
 
 
 def test_the_object_store_is_the_store_every_runtime_uses(client: Client) -> None:
-    assert isinstance(client.runtime.artifacts, ObjectArtifactStore)
+    assert isinstance(client._runtime.artifacts, ObjectArtifactStore)

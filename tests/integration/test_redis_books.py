@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ from fluksio.placement.redis import RedisBooks, heard
 from fluksio.placement.turns import Why
 from fluksio.schemas import DevicePolicy, Grant, Inventory, Resources
 from tests.integration.support.servers import RedisServer
-from tests.unit.placement import test_placer, test_turns
+from tests.unit.placement import placer_scenarios, turn_scenarios
 
 pytestmark = pytest.mark.integration
 
@@ -54,39 +54,28 @@ def free_cpus(books) -> dict[str, int]:
 
 # -- every placer behaviour, on Redis books ----------------------------------------------------------
 
-#: Behaviours that do not carry over as written: listeners hear Redis through a pub/sub thread (once
-#: more on subscribing), not synchronously; a grant Redis hands back on detach has no incarnation.
-NOT_ON_REDIS = {
-    "test_release_is_idempotent_and_only_notifies_once", "test_listeners_are_called_on_attach",
-    "test_a_listener_may_claim_from_inside_the_notification",
-    "test_release_of_a_grant_on_a_detached_machine_is_a_no_op",
-}
-#: Tests that bring their own memory books test how the placer uses books, not the books: not here.
-BEHAVIOURS = [name for name, test in vars(test_placer).items() if name.startswith("test_")
-              and name not in NOT_ON_REDIS and "books" not in test.__code__.co_varnames]
-
-
-#: Fair sharing (test_turns): every test, on Redis books.
-TURNS = [name for name in vars(test_turns) if name.startswith("test_")]
-
 
 def on_redis(connect):  # noqa: ANN001, ANN201
-    """``Placer(…)`` as test_placer and test_turns call it, built on Redis books (that read the test's clock)."""
+    """``Placer(…)`` as the placement scenarios call it, built on Redis books (that read the test's clock)."""
     return lambda books=None, provisioner_shapes=(), clock=time.time, **options: Placer(
         connect(clock=clock), provisioner_shapes, clock=clock, **options)
 
 
-@pytest.mark.parametrize("behaviour", BEHAVIOURS)
-def test_the_placer_behaves_the_same_on_redis_books(behaviour: str, connect, monkeypatch) -> None:
-    # test_placer builds its placers with Placer(…): here each is built on Redis books instead.
-    monkeypatch.setattr(test_placer, "Placer", on_redis(connect))
-    getattr(test_placer, behaviour)()
+# The placer's behaviours any books must show (what only memory books show is tested in
+# tests/unit/placement/test_placer.py).
+@pytest.mark.parametrize("behaviour", placer_scenarios.SCENARIOS, ids=lambda behaviour: behaviour.__name__)
+def test_the_placer_behaves_the_same_on_redis_books(behaviour: Callable[[], None], connect, monkeypatch) -> None:
+    # The scenarios build their placers with Placer(…): here each is built on Redis books instead.
+    monkeypatch.setattr(placer_scenarios, "Placer", on_redis(connect))
+    behaviour()
 
 
-@pytest.mark.parametrize("case", TURNS)
-def test_waiting_calls_take_their_turns_the_same_on_redis_books(case: str, connect, monkeypatch) -> None:
-    monkeypatch.setattr(test_turns, "Placer", on_redis(connect))
-    getattr(test_turns, case)()
+# Fair sharing: every scenario, on Redis books.
+@pytest.mark.parametrize("behaviour", turn_scenarios.SCENARIOS, ids=lambda behaviour: behaviour.__name__)
+def test_waiting_calls_take_their_turns_the_same_on_redis_books(behaviour: Callable[[], None], connect,
+                                                                 monkeypatch) -> None:
+    monkeypatch.setattr(turn_scenarios, "Placer", on_redis(connect))
+    behaviour()
 
 
 def test_detach_returns_the_grants_the_machine_held(connect) -> None:

@@ -11,8 +11,9 @@ import pytest
 from sqlalchemy import update
 
 from fluksio import Client, Flow, RunStatus, Settings, connect
+from fluksio.clock import utcnow
 from fluksio.store.models import Run
-from fluksio.store.run_rows import claim, utcnow
+from fluksio.store.run_rows import claim
 
 pytestmark = pytest.mark.integration
 
@@ -74,10 +75,10 @@ def test_resume_of_a_cancelled_run(client: Client) -> None:
 
 def orphan(client: Client, flow: Flow) -> str:
     """A run left `running` by a driver that died (its lease two minutes old)."""
-    run = client.runtime.db
+    run = client._runtime.db
     from fluksio.runs.submit import submit_run
 
-    row, _ = submit_run(run, client.runtime.registry, client.runtime.artifacts, flow, engine="embedded",
+    row, _ = submit_run(run, client._runtime.registry, client._runtime.artifacts, flow, engine="embedded",
                         params={"x": 2})
     claim(run, row.id, None)
     with run.write() as session:

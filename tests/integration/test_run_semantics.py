@@ -82,7 +82,7 @@ def test_an_entry_whose_artifact_is_gone_is_a_miss(client: Client) -> None:
     calls: list[str] = []
     flow = counted_flow(calls)
     first = client.submit(flow, {"x": 5}).wait(timeout=30)
-    client.runtime.artifacts.path(first.result["blob"]["$artifact"]["digest"]).unlink()
+    client._runtime.artifacts.path(first.result["blob"]["$artifact"]["digest"]).unlink()
     second = client.submit(flow, {"x": 5}).wait(timeout=30)
     statuses = {n.node: n.status.value for n in second.nodes}
     assert statuses == {"double": "cached", "finish": "ok"}  # only the node whose bytes vanished ran again
@@ -118,7 +118,7 @@ def load_afresh(client: Client, file: Path) -> Flow:
     """The flow as a process started now loads it (the file and the helpers it imports, as on disk)."""
     for name in [n for n in sys.modules if n == "helpers" or n.startswith("fluksio_flowfile_edited_")]:
         del sys.modules[name]
-    return client.runtime.registry.resolve(f"{file}:flow")
+    return client.flow(f"{file}:flow")
 
 
 def test_editing_the_function_or_what_it_imports_is_a_miss(client: Client, tmp_path: Path) -> None:
@@ -155,10 +155,10 @@ def test_a_cache_lookup_that_fails_is_a_miss_and_a_warning(client: Client, caplo
     calls: list[str] = []
     flow = counted_flow(calls)
     client.submit(flow, {"x": 7}).wait(timeout=30)
-    with client.runtime.db.read() as session:
+    with client._runtime.db.read() as session:
         key = session.query(RunNode.cache_key).filter(RunNode.node == "finish").scalar()
     with caplog.at_level(logging.WARNING, logger="fluksio.cache.lookup"):
-        assert lookup(client.runtime.db, BrokenStore(), key) is None  # type: ignore[arg-type]
+        assert lookup(client._runtime.db, BrokenStore(), key) is None  # type: ignore[arg-type]
     assert "cache lookup" in caplog.text and "failed" in caplog.text
 
 
@@ -231,7 +231,7 @@ def test_every_reference_failure_names_the_parameter_and_what_exists(client: Cli
         client.submit(flow, {"y": 1, "blob": "sha256:" + "0" * 64})
     with pytest.raises(RunRejected, match=r"input 'blob' of flow 'consumer' takes an artifact"):
         client.submit(flow, {"y": 1, "blob": "plain text"})
-    client.runtime.artifacts.path(digest).unlink()
+    client._runtime.artifacts.path(digest).unlink()
     with pytest.raises(RunRejected, match=rf"parameter 'blob': the bytes of artifact {digest} are gone"):
         client.submit(flow, {"y": 1, "blob": digest})
     with pytest.raises(RunRejected, match=r"parameter 'blob': the bytes of artifact .* are gone"):
@@ -255,10 +255,10 @@ def test_seed_fills_the_seed_input_unless_a_parameter_gives_it(client: Client) -
     records = [filled.wait(timeout=30), given.wait(timeout=30), other.wait(timeout=30)]
     assert [r.params["seed"] for r in records] == [7, 3, 8]
     assert [r.seed for r in records] == [7, 7, 8]
-    digests = {run.id: client.runtime.db for run in (filled, given, other)}
+    digests = {run.id: client._runtime.db for run in (filled, given, other)}
     from fluksio.store.run_rows import get_run
 
-    assert len({get_run(client.runtime.db, run_id).params_digest for run_id in digests}) == 3
+    assert len({get_run(client._runtime.db, run_id).params_digest for run_id in digests}) == 3
 
 
 def test_priority_is_stored_on_the_run_and_a_bad_one_is_refused(client: Client) -> None:
@@ -359,11 +359,11 @@ def test_a_10000_step_loop_is_a_handful_of_statements_and_every_row_lands(client
         if "run_metrics" in statement and statement.lstrip().upper().startswith("INSERT"):
             statements.append(statement)
 
-    event.listen(client.runtime.db.write_engine, "before_cursor_execute", count)
+    event.listen(client._runtime.db.write_engine, "before_cursor_execute", count)
     try:
         record = client.submit(flow).wait(timeout=60)
     finally:
-        event.remove(client.runtime.db.write_engine, "before_cursor_execute", count)
+        event.remove(client._runtime.db.write_engine, "before_cursor_execute", count)
     series = client.metrics(record.id)["loss"]
     assert len(series) == 10_000 and series[-1] == (9_999, 0.9999)
     assert 1 <= len(statements) <= 10, len(statements)

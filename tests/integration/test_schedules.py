@@ -157,7 +157,7 @@ def test_a_beat_killed_and_restarted_starts_no_second_run_of_a_tick(client: Clie
     beats.stop("first", signal.SIGKILL)
     # As if it died after journaling its last runs but before recording their ticks: the restarted beat
     # fires those ticks again.
-    with client.runtime.db.write() as session:
+    with client._runtime.db.write() as session:
         session.execute(update(Schedule).where(Schedule.name == "restart").values(
             last_tick=min(ticks(client, "restart")) - timedelta(seconds=2)))
     beats.start("second")

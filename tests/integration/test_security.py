@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from celery import Celery
 
 from fluksio import RunStatus
 from tests.integration.support import cluster_flows as flows
-from tests.integration.support.cluster import Cluster, running_cluster
+from tests.integration.support.cluster import Cluster, running_cluster, wait_for_log
+from tests.integration.support.forgery import arm_call, celery_app, forged_call
 
 pytestmark = pytest.mark.integration
 
@@ -27,16 +27,6 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     workers = {"safe-1": ("--cpus", "2", "--gpus", "none", "--drivers")}
     with running_cluster(tmp_path_factory.mktemp("secured"), workers, password=SECRET) as setup:
         yield setup
-
-
-def wait_for_log(cluster: Cluster, name: str, text: str, timeout: float = 15) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        log = cluster.log_of(name)
-        if text in log:
-            return log
-        time.sleep(0.1)
-    raise AssertionError(f"{text!r} never appeared in the log of {name}: {cluster.log_of(name)[-1500:]}")
 
 
 def test_a_password_protected_redis_works_and_the_password_appears_nowhere(secured: Cluster) -> None:
@@ -62,32 +52,6 @@ def test_a_wrong_password_fails_without_echoing_it(secured: Cluster) -> None:
     with pytest.raises(Exception) as failure, connect(wrong) as client:
         client.placement()
     assert "not-it-42" not in str(failure.value) and SECRET not in str(failure.value)
-
-
-def celery_app(cluster: Cluster, serializer: str) -> Celery:
-    app = Celery("forger", broker=cluster.redis.url, set_as_current=False)
-    app.conf.update(task_serializer=serializer, accept_content=[serializer], broker_connection_retry_on_startup=True)
-    return app
-
-
-def arm_call(cluster: Cluster, call_id: str) -> dict:
-    """Hold a grant for the call on safe-1, as its driver would, so that only the worker's own checks can
-    stop it. Returns the grant as a call message carries it."""
-    import redis
-
-    from fluksio.placement.placer import Placer, Request, Waiting
-    from fluksio.placement.redis import RedisBooks
-    from fluksio.schemas import Resources
-
-    books = RedisBooks(redis.Redis.from_url(cluster.redis.url), heartbeat_ttl_s=10)
-    grant = Placer(books).try_claim(Request(call_id, Resources(cpus=1)))
-    assert not isinstance(grant, Waiting), grant
-    return grant.model_dump(mode="json")
-
-
-def forged_call(flow: str, node: str, call_id: str, inputs: dict, grant: dict) -> dict:
-    return {"call_id": call_id, "run_id": "01FORGEDRUN0000000000000000"[:26], "flow": flow, "node": node,
-            "attempt": 1, "inputs": inputs, "grant": grant}
 
 
 def test_a_pickled_message_on_a_fluksio_queue_is_refused_never_executed(secured: Cluster) -> None:

@@ -27,9 +27,9 @@ from fluksio.store.models import RunNode
 from tests.certs import Identity, self_signed, signing_env, store_of
 from tests.integration.support import cluster_flows as flows
 from tests.integration.support import security_flows
-from tests.integration.support.cluster import FLOWS_FILE, Cluster, running_cluster
+from tests.integration.support.cluster import FLOWS_FILE, Cluster, running_cluster, wait_for_log
+from tests.integration.support.forgery import arm_call, celery_app, forged_call
 from tests.integration.support.monitor import Monitored
-from tests.integration.test_security import arm_call, celery_app, forged_call, wait_for_log
 
 pytestmark = pytest.mark.integration
 

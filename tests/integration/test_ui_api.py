@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from fluksio import Artifact, Client, RunNotFound, RunStatus, Settings, connect
+from fluksio.clock import utcnow
 from fluksio.store.ids import new_run_id
 from fluksio.store.models import Run
-from fluksio.store.run_rows import insert_run, utcnow
+from fluksio.store.run_rows import insert_run
 from tests.integration.support import ui_flows as flows
-from tests.integration.support.explorer import UI_FLOWS, Answer, UiProcess, http, ui_env, wait_until
-from tests.integration.test_flower import proc_listeners
+from tests.integration.support.explorer import UI_FLOWS, Answer, UiProcess, http, settings_env, ui_env, wait_until
+from tests.integration.support.servers import proc_listeners
 
 pytestmark = pytest.mark.integration
 
@@ -40,13 +41,6 @@ class Installation:
     parent: str
     #: Newest first (by id).
     children: list[str]
-
-
-def settings_env(workdir: Path) -> dict[str, str]:
-    return {"FLUKSIO_DATABASE_URL": f"sqlite:///{workdir / 'fluksio.db'}",
-            "FLUKSIO_ARTIFACTS_DIR": str(workdir / "artifacts"), "FLUKSIO_FLOWS": str(UI_FLOWS),
-            "FLUKSIO_CPUS": "2", "FLUKSIO_LEASE_INTERVAL_S": "0.5", "FLUKSIO_CONFIG": str(workdir / "none.toml"),
-            "TEST_FLUKSIO_MARKS": str(workdir / "marks")}
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +64,7 @@ def inst(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installation]:
                 child = Run(id=new_run_id(), flow="curves", params={"lr": 0.1 * index}, params_digest="sha256:c",
                             status="ok", created_at=utcnow(), engine="embedded", parent_id=single.id,
                             parent_node=f"trial[{index}]")
-                insert_run(client.runtime.db, child)
+                insert_run(client._runtime.db, child)
                 children.append(child.id)
             ui = UiProcess(workdir, ui_env(env)).wait_ready()
             try:
@@ -230,7 +224,7 @@ def test_artifacts_api_refuses_a_malformed_digest_before_touching_a_path(inst: I
 def test_artifacts_api_serves_only_digests_the_run_store_holds(inst: Installation) -> None:
     error(inst.ui.get("/api/artifacts/sha256:" + "0" * 64), 404, "no run made an artifact")
     # Bytes in the artifact store that no run made (put there by hand) are not served either.
-    stray = inst.client.runtime.artifacts.put(Artifact.from_bytes(b"not from a run", name="x"))
+    stray = inst.client._runtime.artifacts.put(Artifact.from_bytes(b"not from a run", name="x"))
     error(inst.ui.get(f"/api/artifacts/{stray.digest}"), 404, "no run made an artifact")
 
 

@@ -18,8 +18,19 @@ import pytest
 
 from fluksio import Client, RunStatus, Settings, connect
 from tests.integration.support import ui_flows as flows
-from tests.integration.support.explorer import UI_FLOWS, UiProcess, chromium, click, freeze, screenshot, ui_env, wait_in
-from tests.integration.test_ui_api import settings_env
+from tests.integration.support.explorer import (
+    UI_FLOWS,
+    UiProcess,
+    by_css,
+    chromium,
+    click,
+    freeze,
+    row_status,
+    screenshot,
+    settings_env,
+    ui_env,
+    wait_in,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -49,17 +60,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
                 yield Setup(client, ui, browser)
             finally:
                 ui.stop()
-
-
-def by_css(browser: Any, selector: str) -> list[Any]:
-    from selenium.webdriver.common.by import By
-
-    return browser.find_elements(By.CSS_SELECTOR, selector)
-
-
-def row_status(browser: Any, run_id: str) -> str | None:
-    rows = by_css(browser, f'tr[data-run="{run_id}"]')
-    return rows[0].get_attribute("data-status") if rows else None
 
 
 def open_gate(tag: str) -> None:
@@ -186,12 +186,13 @@ def test_the_machines_page_shows_this_process_s_machine(setup: Setup) -> None:
 
 
 def test_a_mapped_node_s_elements_are_grouped_under_it_failed_first(setup: Setup) -> None:
+    from fluksio.clock import utcnow
     from fluksio.store.ids import new_run_id
     from fluksio.store.models import Run
     from fluksio.store.nodes import NodeRow, record_nodes
-    from fluksio.store.run_rows import insert_run, utcnow
+    from fluksio.store.run_rows import insert_run
 
-    db = setup.client.runtime.db
+    db = setup.client._runtime.db
     parent = setup.client.submit(flows.curves, {"lr": 0.7, "steps": 2}).wait(timeout=60)
     now = utcnow()
     run = Run(id=new_run_id(), flow="shards", params={"n": 4}, params_digest="p", status="error", created_at=now,

@@ -17,9 +17,20 @@ import pytest
 from fluksio import Client, RunStatus
 from tests.integration.support import cluster_flows as flows
 from tests.integration.support.cluster import Cluster, running_cluster
-from tests.integration.support.explorer import UiProcess, chromium, click, freeze, http, screenshot, wait_in, wait_until
-from tests.integration.test_flower import FlowerProcess, need_module, wait_consuming
-from tests.integration.test_ui_browser import by_css, row_status
+from tests.integration.support.explorer import (
+    UiProcess,
+    by_css,
+    chromium,
+    click,
+    freeze,
+    http,
+    row_status,
+    screenshot,
+    wait_in,
+    wait_until,
+)
+from tests.integration.support.flower import FlowerProcess, wait_consuming
+from tests.integration.support.servers import need_module
 
 pytestmark = pytest.mark.integration
 

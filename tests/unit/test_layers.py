@@ -33,7 +33,7 @@ LAYERS: list[set[str]] = [
     {"placement", "store", "artifacts", "flows", "routing", "messages"},
     {"failures", "outage"},                        # why a connection failed, in words; notices during an outage
     {"settings", "schemas"},
-    {"constants", "errors"},
+    {"constants", "errors", "clock"},              # names, the error tree, the one clock (aware UTC)
 ]
 
 #: The only areas that import Celery or kombu (docs/architecture.md): the rest of the package is plain Python
@@ -221,6 +221,15 @@ def test_no_modules_import_each_other(package: dict[str, Imports]) -> None:
     assert import_cycles(package) == []
 
 
+@pytest.mark.parametrize("document", ["docs/architecture.md", "README.md"])
+def test_the_architecture_documents_name_every_area(package: dict[str, Imports], document: str) -> None:
+    """A package or top-level module added without a word in the documents that map the tree is caught here."""
+    text = (PACKAGE.parent / document).read_text()
+    areas = {area_of(module) for module in package} - {"fluksio"}
+    unnamed = sorted(area for area in areas if f"`{area}/`" not in text and f"{area}.py`" not in text)
+    assert unnamed == [], f"{document} does not name {', '.join(unnamed)}"
+
+
 def test_every_area_of_the_package_has_a_layer(package: dict[str, Imports]) -> None:
     for module in package:
         layer_of(area_of(module))
@@ -284,6 +293,8 @@ def test_celery_imported_outside_its_areas_is_caught(tmp_path: Path) -> None:
 
 
 def test_a_cycle_closed_by_an_import_inside_a_function_is_caught(tmp_path: Path) -> None:
-    root = synthetic(tmp_path, {"execution/call.py": "from fluksio.execution.isolated import run_in_child\n",
-                                "execution/isolated.py": "def run():\n    from fluksio.execution.call import run_here\n"})
+    root = synthetic(tmp_path, {
+        "execution/call.py": "from fluksio.execution.isolated import run_in_child\n",
+        "execution/isolated.py": "def run():\n    from fluksio.execution.call import run_here\n",
+    })
     assert import_cycles(scan(root)) == [["fluksio.execution.call", "fluksio.execution.isolated"]]

@@ -1,5 +1,5 @@
-"""What the run explorer's tests share: `fluksio ui` as a user starts it, plain HTTP against it, and a real
-headless Chromium driven through Selenium and Debian's chromedriver."""
+"""What the run explorer's tests share: an embedded installation's settings, `fluksio ui` as a user starts it,
+plain HTTP against it, and a real headless Chromium driven through Selenium and Debian's chromedriver."""
 
 from __future__ import annotations
 
@@ -129,6 +129,15 @@ class UiProcess:
             self.process.wait(5)
 
 
+def settings_env(workdir: Path) -> dict[str, str]:
+    """An embedded installation in ``workdir`` as FLUKSIO_* settings: its store, artifacts, the explorer's flows,
+    and a folder for the flows' marks."""
+    return {"FLUKSIO_DATABASE_URL": f"sqlite:///{workdir / 'fluksio.db'}",
+            "FLUKSIO_ARTIFACTS_DIR": str(workdir / "artifacts"), "FLUKSIO_FLOWS": str(UI_FLOWS),
+            "FLUKSIO_CPUS": "2", "FLUKSIO_LEASE_INTERVAL_S": "0.5", "FLUKSIO_CONFIG": str(workdir / "none.toml"),
+            "TEST_FLUKSIO_MARKS": str(workdir / "marks")}
+
+
 def ui_env(settings_env: Mapping[str, str]) -> dict[str, str]:
     """This environment without the developer's FLUKSIO_* settings, with ``settings_env`` instead."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLUKSIO_")}
@@ -207,3 +216,15 @@ def click(driver: Any, selector: str, timeout: float = 30) -> None:
 
     wait_in(driver, lambda d: d.find_element(By.CSS_SELECTOR, selector).click() or True, timeout,
             what=f"a click on {selector}")
+
+
+def by_css(browser: Any, selector: str) -> list[Any]:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_elements(By.CSS_SELECTOR, selector)
+
+
+def row_status(browser: Any, run_id: str) -> str | None:
+    """The status a runs table's row of ``run_id`` shows; None while the run is not listed."""
+    rows = by_css(browser, f'tr[data-run="{run_id}"]')
+    return rows[0].get_attribute("data-status") if rows else None

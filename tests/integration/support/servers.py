@@ -6,6 +6,7 @@ green CI always means they ran.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -35,6 +36,15 @@ def need(binary: str) -> str:
     return found
 
 
+def need_module(name: str, install: str) -> None:
+    """Like :func:`need`, for a Python package: skipped outside CI, failed in CI."""
+    if importlib.util.find_spec(name) is None:
+        message = f"{name} is not installed ({install})"
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+
+
 def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "a condition") -> Any:
     """Poll ``condition`` until it returns something truthy (returned); fail naming ``what`` after ``timeout``
     seconds. How the integration tests wait: for a condition, with a deadline, never for a fixed time."""
@@ -61,6 +71,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def proc_listeners() -> dict[int, set[str]] | None:
+    """Port → local IPv4 addresses listening on it, read from /proc/net/tcp."""
+    table = Path("/proc/net/tcp")
+    if not table.exists():
+        return None
+    listening: dict[int, set[str]] = {}
+    for line in table.read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if state == "0A":  # LISTEN
+            address, port = local.split(":")
+            dotted = ".".join(str(int(address[i:i + 2], 16)) for i in (6, 4, 2, 0))
+            listening.setdefault(int(port, 16), set()).add(dotted)
+    return listening
 
 
 class RedisServer:

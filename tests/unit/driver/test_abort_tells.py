@@ -10,7 +10,7 @@ from fluksio.driver.drive import drive
 from fluksio.runs.submit import submit_run
 from fluksio.schemas import RunStatus
 from fluksio.store.run_rows import get_run
-from tests.unit.driver.test_drive_rows import chain, drive_instantly
+from tests.unit.driver.drives import chain, drive_instantly
 
 
 @pytest.fixture

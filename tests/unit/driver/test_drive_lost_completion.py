@@ -10,7 +10,7 @@ from fluksio.broker.inbox.memory import MemoryInbox
 from fluksio.messages import Completion, InboxMessage, NodeCall
 from fluksio.runtime import Runtime
 from fluksio.store.run_rows import get_run, node_rows
-from tests.unit.driver.test_drive_rows import answer, drive_with, hop
+from tests.unit.driver.drives import answer, drive_with, hop
 
 
 @pytest.fixture

@@ -11,8 +11,7 @@ from fluksio.driver.drive import drive
 from fluksio.messages import NodeCall
 from fluksio.runs.submit import submit_run
 from fluksio.store.run_rows import get_run, load_record
-from tests.unit.driver.test_drive_retries import answer
-from tests.unit.driver.test_drive_rows import drive_with
+from tests.unit.driver.drives import answer_call, drive_with
 
 
 def two_licensed() -> Flow:
@@ -32,11 +31,11 @@ def test_a_call_waiting_for_a_pool_says_so_and_its_event_carries_priority_and_po
         if event["event"] == "node_queued":
             queued.append(event)
             # The other call waits for the slot: now end the one holding it (on another thread, as a worker).
-            threading.Thread(target=answer, args=(runtime, held[0])).start()
+            threading.Thread(target=answer_call, args=(runtime, held[0])).start()
 
     def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
         if held:
-            answer(runtime, call)
+            answer_call(runtime, call)
         else:
             held.append(call)
 
@@ -56,7 +55,7 @@ def test_a_call_waiting_for_a_pool_says_so_and_its_event_carries_priority_and_po
 
 def test_a_pool_the_driver_does_not_know_fails_the_node_naming_the_pools_there_are(make_runtime):
     runtime = make_runtime(cpus=2, pools={"db": 1})
-    run_id = drive_with(runtime, two_licensed(), lambda call, _queue, _display: answer(runtime, call))
+    run_id = drive_with(runtime, two_licensed(), lambda call, _queue, _display: answer_call(runtime, call))
     record = load_record(runtime.db, run_id)
     assert record.status.value == "error"
     assert "pool 'licenses' is not one of this installation's pools (db)" in (record.status_reason or "")

@@ -13,7 +13,7 @@ from fluksio.messages import Cancel, Completion, InboxMessage, NodeCall
 from fluksio.runs.submit import submit_run
 from fluksio.store.models import Run
 from fluksio.store.run_rows import get_run, node_rows
-from tests.unit.driver.test_drive_rows import hop
+from tests.unit.driver.drives import hop
 
 
 def completion(call_id: str, node: str, epoch: int) -> Completion:

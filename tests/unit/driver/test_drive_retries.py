@@ -17,29 +17,14 @@ from fluksio.flows.node import error_types
 from fluksio.messages import Completion, NodeCall
 from fluksio.runtime import Runtime
 from fluksio.store.run_rows import get_run, load_record
-from tests.unit.driver.test_drive_rows import drive_with
-
-
-def answer(runtime: Runtime, call: NodeCall, error: BaseException | None = None, oom: bool = False,
-           lost: bool = False) -> None:
-    """What a worker does as a call ends: give the grant back, tell the driver (``error``: how it failed;
-    ``lost``: a failure around the node, which carries no exception of the node's)."""
-    runtime.placer.release(call.grant)
-    now = datetime.now(timezone.utc).isoformat()
-    failed = error is not None or lost
-    runtime.inbox.push(call.run_id, Completion(
-        call_id=call.call_id, node=call.node, attempt=call.attempt, status="error" if failed else "ok",
-        error=(f"{type(error).__name__}: {error}" if error else "machine m was lost") if failed else None,
-        error_types=error_types(error) if error is not None else (), oom=oom, machine=call.grant.machine,
-        started_at=now, finished_at=now, outputs=None if failed else {"x": call.attempt}, logs="",
-    ))
+from tests.unit.driver.drives import answer_call, drive_with
 
 
 def scripted(runtime: Runtime, outcomes: list[dict[str, Any]], calls: list[NodeCall]):  # noqa: ANN201
-    """A dispatch that answers the n-th call with ``outcomes[n]`` (keyword arguments of ``answer``)."""
+    """A dispatch that answers the n-th call with ``outcomes[n]`` (keyword arguments of ``answer_call``)."""
     def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
         calls.append(call)
-        answer(runtime, call, **outcomes[len(calls) - 1])
+        answer_call(runtime, call, **outcomes[len(calls) - 1])
     return dispatch
 
 
@@ -115,7 +100,7 @@ def test_a_retry_backs_off_in_the_driver_holding_no_grant_while_another_call_use
         sent.append((call.node, call.attempt, time.monotonic()))
         if call.node == "other":  # runs while flaky waits out its backoff: the only cpu is free for it
             busy_while_waiting.append(runtime.placer.snapshot()["machines"][0]["calls"])
-        answer(runtime, call, error=TimeoutError("slow") if (call.node, call.attempt) == ("flaky", 1) else None)
+        answer_call(runtime, call, error=TimeoutError("slow") if (call.node, call.attempt) == ("flaky", 1) else None)
 
     run_id = drive_with(runtime, flow, dispatch)
     assert get_run(runtime.db, run_id).status == "ok"
@@ -162,7 +147,7 @@ def test_a_cancel_while_a_retry_backs_off_cancels_it_at_once(make_runtime):
 
     def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
         calls.append(call)
-        answer(runtime, call, error=TimeoutError("slow"))
+        answer_call(runtime, call, error=TimeoutError("slow"))
         # As client.cancel does it (a Cancel message counts only for a run whose row asks for it), read after
         # the completion: the retry waits out 60 s.
         request_cancel(runtime.db, call.run_id, "stop")

@@ -8,20 +8,17 @@ driver's own writes.
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 from sqlalchemy import event
 
 from fluksio import Flow
-from fluksio.driver.drive import drive
 from fluksio.driver.journal import WRITE_DELAY_S
-from fluksio.messages import Completion, NodeCall
-from fluksio.runs.submit import submit_run
-from fluksio.runtime import Runtime
+from fluksio.messages import NodeCall
 from fluksio.store.models import RunNode
 from fluksio.store.run_rows import get_run, node_rows
+from tests.unit.driver.drives import answer, chain, drive_instantly, drive_with, hop
 
 
 @pytest.fixture
@@ -48,47 +45,10 @@ def node_inserts(runtime):
     event.remove(runtime.db.write_engine, "before_cursor_execute", before)
 
 
-def answer(runtime: Runtime, flow: Flow, call: NodeCall, ok: bool = True) -> None:
-    """What a worker does when the call ends: give the grant back, tell the driver."""
-    grant = call.grant
-    runtime.placer.release(grant)
-    now = datetime.now(timezone.utc).isoformat()
-    runtime.inbox.push(call.run_id, Completion(
-        call_id=call.call_id, node=call.node, attempt=call.attempt,
-        status="ok" if ok else "error", error=None if ok else "ValueError: no",
-        machine=grant.machine, gpus=(), started_at=now, finished_at=now,
-        outputs={m: 0 for m in flow.nodes[call.node].provides} if ok else None, logs="",
-    ))
-
-
-def drive_with(runtime: Runtime, flow: Flow, dispatch: Any) -> str:
-    run, _ = submit_run(runtime.db, runtime.registry, runtime.artifacts, flow, engine="embedded", params={},
-                        no_cache=True, embedded_machines=runtime.placer.machines())
-    drive(runtime, run.id, dispatch, lambda _call_id: None)
-    return run.id
-
-
-def drive_instantly(runtime: Runtime, flow: Flow, failing: frozenset[str] = frozenset()) -> str:
-    """Drive the flow with a worker that answers every call the moment it is sent."""
-    return drive_with(runtime, flow, lambda call, _queue, _display: answer(
-        runtime, flow, call, ok=call.node not in failing))
-
-
-def hop(previous: int | None = None) -> int:
-    return 0
-
-
 def fanout(width: int) -> Flow:
     flow = Flow(f"fanout_{width}", outputs=["m0"])
     for i in range(width):
         flow.node(hop, name=f"n{i}", provides=f"m{i}", requires=[])
-    return flow
-
-
-def chain(length: int) -> Flow:
-    flow = Flow(f"chain_{length}", outputs=[f"m{length - 1}"])
-    for i in range(length):
-        flow.node(hop, name=f"n{i}", provides=f"m{i}", requires=[f"m{i - 1}"] if i else [])
     return flow
 
 

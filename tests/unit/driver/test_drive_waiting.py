@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fluksio import Flow
-from tests.unit.driver.test_drive_rows import answer, drive_with, hop
+from tests.unit.driver.drives import answer, drive_with, hop
 
 
 @pytest.fixture

@@ -44,7 +44,7 @@ def test_without_a_quiet_time_a_wait_is_written_at_once() -> None:
 def test_a_run_without_a_parent_ends_without_reading_its_row_again(make_runtime, monkeypatch) -> None:
     from fluksio.runs import family
     from fluksio.store.run_rows import get_run
-    from tests.unit.driver.test_drive_rows import chain, drive_instantly
+    from tests.unit.driver.drives import chain, drive_instantly
 
     runtime = make_runtime(cpus=1)
     told: list[str] = []

@@ -8,7 +8,7 @@ from fluksio.store.db import Database
 from fluksio.store.nodes import record_nodes
 from fluksio.store.rows import NodeRow
 from fluksio.store.run_rows import call_refusal, cancel_requested, claim, finish, request_cancel
-from tests.unit.store.test_store import new_run
+from tests.unit.store.runs import new_run
 
 
 def test_a_call_of_a_running_run_in_its_drive_may_start_once(db: Database) -> None:

@@ -5,19 +5,10 @@ from __future__ import annotations
 
 from fluksio.runs.metrics import latest_of, latest_of_runs, series_of, sources_of
 from fluksio.store.db import Database
-from fluksio.store.ids import new_run_id
 from fluksio.store.metrics import latest_metrics_of_runs, read_series, series_sizes, upsert_metrics
-from fluksio.store.models import Run
 from fluksio.store.nodes import ArtifactRow, NodeRow, artifact_by_digest, cached_rows_of, record_nodes
-from fluksio.store.run_rows import count_runs, flow_names, insert_run, list_runs, utcnow
-
-
-def add_run(db: Database, flow: str = "train", status: str = "ok", group: str | None = None,
-            parent: str | None = None) -> str:
-    run = Run(id=new_run_id(), flow=flow, params={}, params_digest="sha256:p", status=status, created_at=utcnow(),
-              engine="embedded", group_id=group, parent_id=parent, parent_node="trial[0]" if parent else None)
-    insert_run(db, run)
-    return run.id
+from fluksio.store.run_rows import count_runs, flow_names, list_runs
+from tests.unit.store.runs import add_run
 
 
 def test_runs_filter_by_parent_and_page_newest_first(db: Database) -> None:

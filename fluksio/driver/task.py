@@ -119,8 +119,8 @@ def register_drive_task(app: Celery, senders: CallSenders,
     """Register the drive task, sending calls through ``senders``. ``interrupt_local`` stops a call
     running on a thread of this process (the embedded default); without it, calls are revoked through
     Celery and their processes killed."""
-    # Acknowledged as a driver takes it (DESIGN: "a run is acknowledged when claimed"; its row is the
-    # truth from then on). Held unacknowledged for a whole run instead, the message would come back
+    # Acknowledged as a driver takes it (docs/architecture.md: "a run is acknowledged when claimed"; its row
+    # is the truth from then on). Held unacknowledged for a whole run instead, the message would come back
     # after the broker's visibility timeout (1 h on Redis) to a second driver while the first still
     # drives. A drive lost between this acknowledgement and the claim leaves the run queued with no
     # driver: the lease sweeper hands it over again (see runs/lease.py).

@@ -1,1 +1,2 @@
-"""Run semantics above the store: submit validation, the metric sink, driver inboxes, the shared runtime."""
+"""Run semantics above the store: submit (validation, references, seeds, idempotency), parents and their
+child runs, the lease sweeper, run ends told in this process, and the metric sink."""

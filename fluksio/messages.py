@@ -243,6 +243,11 @@ class NodeCall(WireMessage):
     epoch: int = 0
     #: The element of a mapped node this call is (``None``: the node is not mapped).
     index: int | None = None
+    #: What to import from the code package ``code_digest`` names (a module, or a file's path in the
+    #: package), for a worker that does not hold that code; ``None``: the code is not shipped.
+    code_entry: str | None = None
+    #: The submitter's signature over ``code_digest`` (a worker with ``FLUKSIO_ACCEPT_CODE=signed`` checks it).
+    code_signature: str | None = None
 
     @property
     def unit(self) -> str:

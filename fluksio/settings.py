@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -109,6 +109,14 @@ class Settings(BaseSettings):
     #: A node worker with GPUs forks each GPU call from a fork server that imported the flows already (warm);
     #: false: each starts in a fresh interpreter, which imports them again (fluksio/execution/warm.py).
     gpu_fork_server: bool = True
+    #: Which code a worker runs: ``registered`` (only the flows FLUKSIO_FLOWS loaded here), ``signed`` (also code
+    #: packages shipped with a run and signed by a certificate FLUKSIO_SIGNING_CERT_STORE trusts) or ``any`` (any
+    #: package: anyone who can write your Redis can run code here). See flows/package.py.
+    accept_code: Literal["registered", "signed", "any"] = "registered"
+    #: The largest code package a submit makes, in MB: a bigger one is refused, naming its largest files.
+    code_max_mb: float = Field(default=20.0, gt=0)
+    #: A worker's on-disk cache of unpacked code packages, in MB; beyond it the least recently used go.
+    code_cache_mb: float = Field(default=1024.0, gt=0)
     #: Celery task events (what Flower shows) from the start. Off, they cost four broker messages per
     #: call that nobody reads; `fluksio flower` switches them on in running workers when it starts.
     task_events: bool = False

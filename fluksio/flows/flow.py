@@ -56,12 +56,26 @@ class InputSpec:
         return adapter_for(self.type, f"input {self.name!r}")
 
 
+def check_include(flow: str, include: Sequence[str]) -> tuple[str, ...]:
+    """The data-file globs of ``Flow(include=...)``: relative, inside the flow's folder."""
+    if isinstance(include, str):
+        include = [include]
+    globs = tuple(include)
+    for pattern in globs:
+        if (not isinstance(pattern, str) or not pattern or pattern.startswith(("/", "~"))
+                or ".." in pattern.replace("\\", "/").split("/")):
+            raise FlowError(f"flow {flow!r}: include={pattern!r} is not a glob relative to the flow's file; "
+                            "give paths like 'configs/*.yaml' or 'data/**/*.csv' below the flow's folder")
+    return globs
+
+
 class Flow:
     """A graph of Python functions.
 
     ``inputs`` maps each parameter name to its type, or to ``(type, default)``;
     ``outputs`` names the messages that make up the run's result (all messages
-    when omitted).
+    when omitted); ``include`` names data files (globs relative to the flow's file,
+    like ``"configs/*.yaml"``) that travel with its code package (flows/package.py).
     """
 
     def __init__(
@@ -69,6 +83,9 @@ class Flow:
         name: str,
         inputs: dict[str, Any] | None = None,
         outputs: Sequence[str] | None = None,
+        include: Sequence[str] = (),
+        *,
+        _defined_in: tuple[str, str | None, str | None] | None = None,
     ) -> None:
         if not isinstance(name, str) or not FLOW_NAME.match(name) or len(name) > MAX_NAME_LENGTH:
             raise FlowError(f"flow name {name!r} is not valid; use up to {MAX_NAME_LENGTH} letters, digits, '_', "
@@ -92,15 +109,25 @@ class Flow:
         self.outputs: list[str] | None = list(outputs) if outputs is not None else None
         for output in self.outputs or []:
             check_identifier("output", output, f"flow {name!r}")
+        self.include: tuple[str, ...] = check_include(name, include)
         self.nodes: dict[str, NodeSpec] = {}
         # Where the flow was defined: the code digest and the registry need it.
-        caller = sys._getframe(1).f_globals
-        self.module: str = caller.get("__name__", "__main__")
-        self.source_file: str | None = caller.get("__file__")
+        if _defined_in is None:
+            caller = sys._getframe(1).f_globals
+            _defined_in = (caller.get("__name__", "__main__"), caller.get("__file__"), None)
+        self.module: str = _defined_in[0]
+        self.source_file: str | None = _defined_in[1]
         #: The digest of the flow's file and what it imports, now, while its module runs: the code loaded,
         #: which a later edit of the files does not change (``None`` without a file; see flows/source.py).
-        self.source_digest: str | None = snapshot(self.source_file)
+        self.source_digest: str | None = _defined_in[2] or snapshot(self.source_file, self.include)
         self._providers: dict[str, str] | None = None
+
+    @classmethod
+    def described(cls, name: str, inputs: dict[str, Any], outputs: Sequence[str] | None, *,
+                  code_digest: str | None) -> Flow:
+        """A flow rebuilt from its description (flows/manifest.py), not from a module: it has no file, and
+        its code is the package ``code_digest`` names, which this process never imports."""
+        return cls(name, inputs, outputs, _defined_in=("fluksio.flows.manifest", None, code_digest))
 
     def node(
         self,

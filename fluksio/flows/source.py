@@ -57,7 +57,7 @@ def root_of(source_file: str | None) -> Path | None:
     return folder
 
 
-def snapshot(source_file: str | None) -> str | None:
+def snapshot(source_file: str | None, include: tuple[str, ...] = ()) -> str | None:
     """The digest of ``source_file`` and what it imports from its tree, as they are now; ``None`` without a file."""
     try:
         return None if not source_file else file_digest(Path(source_file))

@@ -60,10 +60,10 @@ def test_the_wire_form_of_a_node_call_is_its_fields_in_order_with_the_grant_as_j
     """Other processes, the Lua scripts and journaled Redis lists read these objects: keys and values are fixed."""
     wire = CALL.to_wire()
     assert list(wire) == ["call_id", "run_id", "flow", "node", "attempt", "inputs", "grant", "code_digest", "epoch",
-                          "index"]
+                          "index", "code_entry", "code_signature"]
     assert wire == {"call_id": "r.r2.train[3].1", "run_id": "r", "flow": "f", "node": "train", "attempt": 1,
                     "inputs": {"x": [1, 2]}, "grant": GRANT.model_dump(mode="json"), "code_digest": "sha256:c0de",
-                    "epoch": 2, "index": 3}
+                    "epoch": 2, "index": 3, "code_entry": None, "code_signature": None}
     assert wire["grant"]["gpus"] == [0, 1] and wire["grant"]["clamped_from"] == {"cpus": 8, "gpus": 4, "ram_mb": 0}
 
 

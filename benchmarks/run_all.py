@@ -44,6 +44,7 @@ BENCHMARKS: dict[str, dict[str, list[str]]] = {
     "graph_scale": {"default": [], "full": ["--end-to-end"]},
     "values": {"default": [], "full": []},
     "artifacts_store": {"default": [], "full": ["--size-mb", "2048"]},
+    "code_packages": {"default": [], "full": []},
     "explorer_api": {"default": [], "full": []},
     "gpu_start": {"default": [], "full": []},
     "many_runs": {"default": [], "full": []},

@@ -36,6 +36,7 @@ from fluksio.errors import FlowError
 from fluksio.flows.annotations import type_name
 from fluksio.flows.flow import Flow, InputSpec, check_include
 from fluksio.flows.node import EMIT_PARAMETER, NODE_OPTIONS, NodeOptions, NodeSpec, make_node
+from fluksio.flows.package import FLOWFILE_MODULE_PREFIX
 from fluksio.flows.secret import Secret
 from fluksio.flows.subflow import Message, SubflowCall, make_subflow
 from fluksio.schemas import Resources
@@ -48,7 +49,7 @@ ARTIFACT_CLASS = "fluksio.artifacts.artifact:Artifact"
 TYPE_NAMES = "__fluksio_type_names__"
 #: A flow file imported by path is a module named after its absolute path (flows/registry.py): shown by its
 #: file's name, so that the same flow describes to the same bytes wherever its folder is.
-_FLOW_FILE_MODULE = re.compile(r"\bfluksio_flowfile_(\w+?)_[0-9a-f]{12}\b")
+_FLOW_FILE_MODULE = re.compile(rf"\b{FLOWFILE_MODULE_PREFIX}(\w+?)_[0-9a-f]{{12}}\b")
 #: Validation errors named in a ManifestError, at most.
 _ERRORS_SHOWN = 2
 

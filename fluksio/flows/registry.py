@@ -24,6 +24,7 @@ from types import ModuleType
 
 from fluksio.errors import FlowError, FlowNotFound
 from fluksio.flows.flow import Flow
+from fluksio.flows.package import FLOWFILE_MODULE_PREFIX
 from fluksio.flows.source import loaded_digest
 
 #: Earlier versions of a flow kept per name after it is re-registered with other code, so that runs
@@ -169,7 +170,7 @@ def _import_file(path: Path) -> ModuleType:
         raise FlowNotFound(f"no flow file {path}")
     resolved = path.resolve()
     digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
-    module_name = f"fluksio_flowfile_{resolved.stem}_{digest}"
+    module_name = f"{FLOWFILE_MODULE_PREFIX}{resolved.stem}_{digest}"
     if module_name in sys.modules:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, resolved)

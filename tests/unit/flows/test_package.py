@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fluksio.errors import FlowError
-from fluksio.flows import package
+from fluksio.flows import imports, package
 from fluksio.flows.package import (
     PackageError,
     PackedFile,
@@ -43,8 +43,8 @@ def write(path: Path, text: str | bytes) -> Path:
 
 
 def settle() -> None:
-    """Wait until the files just written are old enough for their stat state to be trusted (package.SETTLE_NS)."""
-    time.sleep(package.SETTLE_NS / 1e9 + 0.02)
+    """Wait until the files just written are old enough for their stat state to be trusted (imports.SETTLE_NS)."""
+    time.sleep(imports.SETTLE_NS / 1e9 + 0.02)
 
 
 def project(root: Path) -> Path:
@@ -296,7 +296,7 @@ def test_a_changed_file_changes_the_digest_even_with_its_size_and_mtime_restored
 
 def test_a_file_changed_moments_ago_is_read_again_since_its_stat_state_may_not_show_a_second_change(tmp_path,
                                                                                                       monkeypatch):
-    monkeypatch.setattr(package, "SETTLE_NS", 3_600 * 10**9)  # every file counts as changed moments ago
+    monkeypatch.setattr(imports, "SETTLE_NS", 3_600 * 10**9)  # every file counts as changed moments ago
     flow = project(tmp_path)
     package_digest(str(flow))
     monkeypatch.setattr(package, "_archive", lambda _files: (_ for _ in ()).throw(AssertionError("zipped")))

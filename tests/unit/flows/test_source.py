@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fluksio.flows.flow import Flow
-from fluksio.flows.package import root_of
+from fluksio.flows.imports import root_of
 from fluksio.flows.registry import load_flows
 from fluksio.flows.source import code_digest, loaded_digest, short
 from tests.unit.flows.notebook import notebook_flow

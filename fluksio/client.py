@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
@@ -34,7 +35,9 @@ from fluksio.errors import (
 from fluksio.execution.values import decode
 from fluksio.flows.annotations import adapter_for, fit_error, type_name
 from fluksio.flows.flow import Flow
+from fluksio.flows.package import PackedFile, read_files, unpack
 from fluksio.runs import family
+from fluksio.runs.code import earlier, package_of
 from fluksio.runs.metrics import latest_values_of_runs, series_of
 from fluksio.runs.references import output_of
 from fluksio.runs.series import MetricSeries
@@ -166,18 +169,22 @@ class Client:
         no_cache: bool = False,
         idempotency_key: str | None = None,
         priority: int = 0,
+        code: str | None = None,
     ) -> RunHandle:
         """Validate and journal a run, then hand it to a driver. Bad input raises :class:`RunRejected`.
 
         ``priority``: the run's waiting calls are granted before those of lower priorities (then oldest first).
+        The flow's code travels with the run (a package workers fetch: README, "Code that travels with the run");
+        ``code="sha256:…"``: run an earlier package of the flow (named by ``flow``) again, unchanged.
         """
         self._check_open()
+        runtime = self._runtime
         run, created = submit_run(
-            self._runtime.db, self._runtime.registry, self._runtime.artifacts, flow, engine=self.settings.engine,
+            runtime.db, runtime.registry, runtime.artifacts, flow, engine=self.settings.engine,
             params=params, seed=seed,
             group=group, no_cache=no_cache, idempotency_key=idempotency_key, priority=priority,
-            embedded_machines=self._runtime.placer.machines() if self.settings.embedded else None,
-            pools=self.settings.pools,
+            embedded_machines=runtime.placer.machines() if self.settings.embedded else None,
+            pools=self.settings.pools, code=code, code_max_mb=self.settings.code_max_mb, signer=runtime.signer,
         )
         if created or run.status == RunStatus.QUEUED.value:
             # A retry of a submit whose hand-over failed gets it handed over now (claiming is idempotent).
@@ -361,6 +368,29 @@ class Client:
         """
         self._check_open()
         return with_local_copy(self._runtime.artifacts, validate_digest(digest), lambda path: path.open("rb"))
+
+    def packaged_flow(self, flow: str, code: str) -> Flow:
+        """Flow ``flow`` as code package ``code`` declares it (its inputs, nodes and options), rebuilt from the
+        description an earlier run of that package stored: what ``submit(flow, code=code)`` runs."""
+        self._check_open()
+        return earlier(self._runtime.db, self._runtime.artifacts, flow, code, None)[1]
+
+    def code_files(self, run_id: str) -> list[PackedFile]:
+        """The files of the code package the run ran (path and size), as ``fluksio show`` lists them.
+
+        :class:`~fluksio.errors.RunRejected` when its code did not travel with it; ``ArtifactError`` when the
+        package is gone from the artifact store.
+        """
+        self._check_open()
+        return read_files(package_of(self._runtime.artifacts, self.get(run_id, nodes=False)))
+
+    def get_code(self, run_id: str, into: str | Path) -> list[PackedFile]:
+        """Write exactly the files the run ran into the folder ``into`` (new, or empty); returns them."""
+        self._check_open()
+        folder = Path(into)
+        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+            raise RunRejected(f"{folder} is not an empty folder; give a new or empty one")
+        return unpack(package_of(self._runtime.artifacts, self.get(run_id, nodes=False)), folder)
 
     def cancel(self, run_id: str, reason: str = "cancelled by request") -> RunStatus:
         """A queued run is cancelled at once; a running one is told to stop. Returns the status after."""

@@ -25,7 +25,7 @@ from fluksio.provisioners.base import Provisioner
 from fluksio.runs import family
 from fluksio.runs.ends import RunEnds
 from fluksio.schemas import Inventory, Resources, RunStatus
-from fluksio.security.signatures import load_signer
+from fluksio.security.signatures import Signer, load_signer
 from fluksio.settings import Settings, require_redis_broker
 from fluksio.store import run_rows
 from fluksio.store.contact import open_run_store
@@ -81,10 +81,15 @@ class Runtime:
     #: The alert dispatcher, when the installation has alert rules (``fluksio.triggers.alerts.attach_alerts``
     #: builds it from the settings: the front doors and driver processes call it, as they start).
     alerts: RunEndListener | None = None
+    #: Signs what this process sends outside Celery (inbox messages, its runs' code), with FLUKSIO_SIGNING_*.
+    signer: Signer | None = None
 
     @classmethod
     def embedded(cls, settings: Settings) -> Runtime:
         """Everything in this process: the run store, the artifact store, in-memory books and inboxes."""
+        # Its runs' code comes from this process alone (nobody else can write its in-memory broker): it runs
+        # any code package its own submits shipped, such as an earlier package run again (`--code`).
+        settings = settings.model_copy(update={"accept_code": "any"})
         artifacts = open_store(settings, check=True)  # an unusable bucket is said now, not in a run
         db = open_run_store(settings)
         machine = settings.machine_name or socket.gethostname()
@@ -110,11 +115,12 @@ class Runtime:
         books = RedisBooks(client, settings.heartbeat_ttl_s)
         provisioner = _provisioner(settings, client)
         placer = _placer(settings, books, provisioner.shapes() if provisioner else ())
+        signer = load_signer(settings)
         return cls(settings=settings, db=open_run_store(settings), artifacts=artifacts,
-                   registry=_registry(settings), placer=placer, inbox=RedisInbox(client, load_signer(settings)),
+                   registry=_registry(settings), placer=placer, inbox=RedisInbox(client, signer),
                    events=RedisEvents(client),
                    machine=machine or settings.machine_name or socket.gethostname(), redis=client,
-                   provisioner=provisioner)
+                   provisioner=provisioner, signer=signer)
 
     @classmethod
     def standalone(cls, settings: Settings, registry: FlowRegistry | None = None) -> Runtime:

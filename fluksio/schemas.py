@@ -169,7 +169,11 @@ class RunRecord(BaseModel):
     seed: int | None = None
     group_id: str | None = None
     result: dict[str, Any] | None = None
+    #: The digest of the code the run runs: its code package (``fluksio code get`` writes its files).
     code_digest: str | None = None
+    #: What workers import from the package; ``None`` when the code did not travel with the run (the workers
+    #: ran the flow they registered under that digest).
+    code_entry: str | None = None
     created_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None

@@ -18,7 +18,8 @@ from fluksio.cli.connection import lost_connection, open_client
 from fluksio.cli.params import parse_grid, parse_params, parse_seeds, string_inputs
 from fluksio.client import Client, RunHandle
 from fluksio.errors import FluksioError
-from fluksio.schemas import RunStatus, unit_of
+from fluksio.flows.package import PackedFile
+from fluksio.schemas import RunRecord, RunStatus, unit_of
 
 #: Exit codes: a run that did not end ``ok``, and input fluksio refused.
 EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_TIMED_OUT, EXIT_INTERRUPTED = 1, 2, 124, 130
@@ -98,19 +99,20 @@ def _finish(client: Client, run_id: str, as_json: bool) -> None:
 
 
 def _run(flow_ref: str, params: tuple[str, ...], seed: int | None, group: str | None, no_cache: bool,
-         detach: bool, timeout: float | None, as_json: bool, priority: int = 0) -> None:
+         detach: bool, timeout: float | None, as_json: bool, priority: int = 0, code: str | None = None) -> None:
     with _client() as client:
         if detach and client.settings.embedded:
             raise click.UsageError("--detach needs a shared broker (FLUKSIO_BROKER_URL); the embedded default "
                                    "runs inside this command and stops with it")
-        flow = client.flow(flow_ref)
+        flow = client.flow(flow_ref) if code is None else client.packaged_flow(_flow_name(client, flow_ref), code)
         values = parse_params(params, string_inputs(flow.inputs))
         watching = not (detach or as_json)
         # Listen before submitting: in the embedded default the first calls may start before submit returns.
         activity = live.RunActivity() if watching else None
         unsubscribe = client.subscribe(activity.observe) if activity else (lambda: None)
         try:
-            handle = client.submit(flow, values, seed=seed, group=group, no_cache=no_cache, priority=priority)
+            handle = client.submit(flow if code is None else flow.name, values, seed=seed, group=group,
+                                   no_cache=no_cache, priority=priority, code=code)
             if detach:
                 click.echo(handle.id)
                 return
@@ -145,13 +147,21 @@ def _run(flow_ref: str, params: tuple[str, ...], seed: int | None, group: str | 
 @click.option("--json", "as_json", is_flag=True, help="Print the finished run as JSON.")
 @click.option("--priority", type=int, default=0, show_default=True,
               help="Waiting calls of higher-priority runs are granted first.")
+@click.option("--code", metavar="DIGEST", help="Run an earlier code package of the flow unchanged (its digest, as "
+              "`fluksio show` prints it); FLOW is then the flow's name.")
 def run(flow: str, params: tuple[str, ...], seed: int | None, group: str | None, no_cache: bool, detach: bool,
-        timeout: float | None, as_json: bool, priority: int) -> None:
+        timeout: float | None, as_json: bool, priority: int, code: str | None) -> None:
     """Run FLOW (path/file.py:attr, package.module:attr or a registered name) and wait for it.
 
+    Its code travels with the run: workers that trust it run exactly these files, with no restart.
     Exits 0 only when the run ends ok.
     """
-    _run(flow, params, seed, group, no_cache, detach, timeout, as_json, priority)
+    _run(flow, params, seed, group, no_cache, detach, timeout, as_json, priority, code)
+
+
+def _flow_name(client: Client, flow_ref: str) -> str:
+    """The flow's name in ``run FLOW --code``: FLOW itself, or the name of the flow a reference loads."""
+    return client.flow(flow_ref).name if ":" in flow_ref or flow_ref.endswith(".py") else flow_ref
 
 
 @cli.command()
@@ -247,7 +257,20 @@ def show(run_id: str, logs_of: str | None, as_json: bool) -> None:
         if as_json:
             click.echo(record.model_dump_json(indent=2))
             return
-        render.console().print(render.run_summary(record, client.metrics(record.id), client.artifacts(record.id)))
+        files = _code_files(client, record)
+        render.console().print(render.run_summary(record, client.metrics(record.id), client.artifacts(record.id),
+                                                  files))
+
+
+def _code_files(client: Client, record: RunRecord) -> list[PackedFile] | None:
+    """The files of the run's code package, or ``None`` when it did not travel or is gone (said, not raised)."""
+    if record.code_entry is None:
+        return None
+    try:
+        return client.code_files(record.id)
+    except FluksioError as exc:
+        render.console(stderr=True).print(f"[yellow]the run's code package cannot be read:[/yellow] {exc}")
+        return None
 
 
 @cli.command()
@@ -287,6 +310,7 @@ def cancel(run_id: str) -> None:
 
 from fluksio.cli.alerts import alerts  # noqa: E402
 from fluksio.cli.beat import beat  # noqa: E402
+from fluksio.cli.code import code  # noqa: E402
 from fluksio.cli.flower import flower  # noqa: E402
 from fluksio.cli.placer import placer  # noqa: E402
 from fluksio.cli.plot import plot  # noqa: E402
@@ -309,6 +333,7 @@ cli.add_command(beat)
 cli.add_command(alerts)
 cli.add_command(ui)
 cli.add_command(security)
+cli.add_command(code)
 
 
 def main() -> None:

@@ -217,7 +217,8 @@ def metrics_table(series: dict[str, list[tuple[int, float]]]) -> Table:
     return table
 
 
-def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], artifacts: list[Any]) -> Group:
+def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], artifacts: list[Any],
+                code_files: Sequence[Any] | None = None) -> Group:
     head = Text.assemble(("run ", "bold"), (record.id, "bold"), "  ", (record.flow, "cyan"), "  ",
                          styled(record.status.value))
     parts: list[Any] = [head]
@@ -235,6 +236,8 @@ def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], a
     if record.parent_id:
         details.append(f"child of {record.parent_id} ({record.parent_node})")
     parts.append(Text(" · ".join(details), style="dim"))
+    if record.code_digest:
+        parts.append(code_line(record, code_files))
     if record.nodes:
         parts.append(nodes_table(record))
     if series:
@@ -251,6 +254,15 @@ def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], a
         parts.append(Text("result " + json.dumps(display_value(record.result), indent=2, default=str,
                                                  ensure_ascii=False)))
     return Group(*parts)
+
+
+def code_line(record: RunRecord, files: Sequence[Any] | None) -> Text:
+    """The run's code: its package digest and files (``fluksio code get`` writes them), or that it did not travel."""
+    if record.code_entry is None:
+        return Text(f"code {record.code_digest} (registered on the workers; not shipped)", style="dim")
+    lines = [f"code {record.code_digest} · runs {record.code_entry} · {len(files or ())} file(s)"]
+    lines += [f"  {f.path}  {size_text(f.size)}" for f in files or ()]
+    return Text("\n".join(lines), style="dim")
 
 
 def print_listing(records: Sequence[R], as_json: bool, empty: str, columns: Sequence[str],

@@ -1,10 +1,11 @@
 """``fluksio security check``: what an installation's safety relies on, read from its settings.
 
-One line per thing an attacker could use (README "Security"): pickle (always off), message signing,
-TLS on each connection (broker, result backend, run store, artifact store), the secrets folder, and who
-can reach Flower and the run explorer. Each is ``ok``, ``warn`` (works, but less safe than it could be)
-or ``fail`` (a mistake that breaks what it is for: a key others can read, a secrets file that is). The
-exit code is 1 when one fails (with ``--strict``, also when one warns).
+One line per thing an attacker could use (README "Security"): pickle (always off), message signing, which
+shipped code workers run (FLUKSIO_ACCEPT_CODE), TLS on each connection (broker, result backend, run store,
+artifact store), the secrets folder, and who can reach Flower and the run explorer. Each is ``ok``,
+``warn`` (works, but less safe than it could be) or ``fail`` (a mistake that breaks what it is for: a key
+others can read, a secrets file that is). The exit code is 1 when one fails (with ``--strict``, also when
+one warns).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ def audit(settings: Settings, ask_broker: bool = True) -> list[Finding]:
     found = [Finding("pickle", OK if "pickle" not in accepted else FAIL,
                      f"off: Celery accepts only {', '.join(accepted)} (fluksio never enables pickle)")]
     found += signing_findings(settings, ask_broker)
+    found.append(code_finding(settings))
     found.append(redis_tls("TLS: broker", settings.broker_url, "FLUKSIO_BROKER_URL"))
     found.append(redis_tls("TLS: result backend", settings.result_backend, "FLUKSIO_RESULT_BACKEND")
                  if settings.result_backend else Finding("TLS: result backend", INFO, "none: fluksio reads no results"))
@@ -112,6 +114,25 @@ def signing_findings(settings: Settings, ask_broker: bool) -> list[Finding]:
     if ask_broker and not settings.embedded:
         found += _trust_findings(settings, signer)
     return found
+
+
+def code_finding(settings: Settings) -> Finding:
+    """Which code a worker with these settings runs (FLUKSIO_ACCEPT_CODE, fluksio/security/code_trust.py)."""
+    mode = settings.accept_code
+    if mode == "registered":
+        return Finding("shipped code", OK, "registered: workers run only the flows FLUKSIO_FLOWS loads; code "
+                       "packages shipped with a run are refused (FLUKSIO_ACCEPT_CODE)")
+    if mode == "signed":
+        if not settings.signing:
+            return Finding("shipped code", FAIL, "FLUKSIO_ACCEPT_CODE=signed without FLUKSIO_SIGNING_*: a worker "
+                           "refuses to start so; set the signing settings (the store holding the submitters' "
+                           "certificates)")
+        return Finding("shipped code", OK, f"signed: workers also run code packages shipped with a run, when signed "
+                       f"by a certificate in {settings.signing_cert_store}")
+    if settings.embedded:
+        return Finding("shipped code", INFO, "any (embedded: the code packages come from this process alone)")
+    return Finding("shipped code", WARN, "any: workers run every code package shipped with a run: anyone who can "
+                   "write your Redis can run code here; use FLUKSIO_ACCEPT_CODE=signed (with FLUKSIO_SIGNING_*)")
 
 
 def _trust_findings(settings: Settings, signer: object) -> list[Finding]:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from typing import get_args
+
 import click
 
-from fluksio.settings import load_settings
+from fluksio.settings import Settings, load_settings
+
+#: What ``--accept-code`` takes: the values of the setting it sets, FLUKSIO_ACCEPT_CODE.
+ACCEPT_CODE = get_args(Settings.model_fields["accept_code"].annotation)
 
 
 @click.command()
@@ -19,16 +25,25 @@ from fluksio.settings import load_settings
 @click.option("--profile", type=click.Path(dir_okay=False), help="A worker profile (TOML); flags override it.")
 @click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True),
               help="Exit after this many seconds without a node call (for provisioned workers).")
+@click.option("--accept-code", type=click.Choice(ACCEPT_CODE),
+              help="Which code runs here (sets FLUKSIO_ACCEPT_CODE): registered (only the flows FLUKSIO_FLOWS "
+                   "loads; the default), signed (also code packages shipped with a run and signed by a certificate "
+                   "FLUKSIO_SIGNING_CERT_STORE trusts) or any (any shipped package: anyone who can write your Redis "
+                   "can run code here).")
 @click.option("--loglevel", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def worker(name: str | None, labels: str | None, cpus: int | None, gpus: str | None, ram_mb: int | None,
            drivers: bool, drivers_only: bool, beat: bool, profile: str | None, idle_timeout: float | None,
-           loglevel: str) -> None:
+           accept_code: str | None, loglevel: str) -> None:
     """Run a Celery worker for this machine: node calls on <label>@<name> queues, drivers with --drivers."""
     from fluksio.worker.inventory import build_inventory
     from fluksio.worker.profile import WorkerProfile, load_profile
     from fluksio.worker.service import run_driver_worker, run_node_worker
 
+    if accept_code is not None:
+        # Through the environment, not only this process's settings: the fork server (and its package servers)
+        # and the drivers' process this command starts read their settings from it too.
+        os.environ["FLUKSIO_ACCEPT_CODE"] = accept_code
     settings = load_settings()
     base = load_profile(profile) if profile else WorkerProfile()
     inventory = build_inventory(

@@ -15,7 +15,9 @@ from collections import Counter
 from fluksio.driver.rows import ChildEnd, child_row
 from fluksio.driver.state import DriveState
 from fluksio.errors import FluksioError, RunNotFound
+from fluksio.flows.flow import Flow
 from fluksio.runs import family
+from fluksio.runs.code import DESCRIBED, RunCode
 from fluksio.runs.submit import submit_run
 from fluksio.schemas import NodeStatus, RunStatus, split_unit
 from fluksio.store import family as store_family
@@ -46,7 +48,8 @@ class ChildRuns:
             child, created = submit_run(
                 s.rt.db, s.rt.registry, s.rt.artifacts, call.flow, engine=s.engine, params=params, seed=s.seed,
                 no_cache=not s.cache.use_cache, idempotency_key=store_family.child_key(s.run_id, unit),
-                priority=s.priority, parent_id=s.run_id, parent_node=unit)
+                priority=s.priority, parent_id=s.run_id, parent_node=unit, code=self._inherited(call.flow),
+                code_max_mb=s.rt.settings.code_max_mb, signer=s.rt.signer)
         except FluksioError as exc:  # the child's own checks refused what this call would give it
             self._settle(unit, None, f"could not start the child run of {unit}: {exc}")
             return
@@ -64,6 +67,14 @@ class ChildRuns:
             return
         s.rt.events.publish("node_started", run_id=s.run_id, node=unit, child_run=child.id,
                             attempt=s.attempts.get(unit, 1))
+
+    def _inherited(self, child: Flow) -> RunCode | None:
+        """The code a child run records: a subflow of a graph rebuilt from its description is in its parent's
+        package (``None``: the child's own code, shipped as a submitted run's is)."""
+        s = self.s
+        if child.module != DESCRIBED:
+            return None
+        return RunCode(s.code_digest, s.code_entry, s.code_signature)
 
     def _before_this_drive(self, child: Run) -> bool:
         """Whether the child ended before this run was last resumed (then its end was an earlier drive's)."""

@@ -184,7 +184,8 @@ class Dispatcher:
         node, index = split_unit(unit)
         call = NodeCall(call_id=call_id, run_id=s.run_id, flow=s.flow.name, node=node,
                         attempt=s.attempts.get(unit, 1), inputs=s.walk.inputs_of(unit), grant=grant,
-                        code_digest=s.code_digest, epoch=s.epoch, index=index)
+                        code_digest=s.code_digest, epoch=s.epoch, index=index, code_entry=s.code_entry,
+                        code_signature=s.code_signature)
         s.walk.start(unit)
         s.calls.add(call_id, unit, grant)
         try:

@@ -1,7 +1,7 @@
 """``drive(run_id)``: claim a queued run and drive it to its end (the body of the drive task).
 
 It waits (queued, saying why) while the run requires a label no machine
-carries, claims the run with the code this process loaded, and hands it to a
+carries, claims the run with the code it was submitted with (driver/code.py), and hands it to a
 :class:`~fluksio.driver.loop.Driver`. A run another driver claimed, or that was
 cancelled meanwhile, is left alone.
 """
@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 
 from fluksio.clock import utcnow
+from fluksio.driver.code import flow_to_drive
 from fluksio.driver.loop import Driver
 from fluksio.driver.state import Dispatch, Revoke
 from fluksio.driver.verdict import End
@@ -48,7 +49,7 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
     if run.status != RunStatus.QUEUED.value:
         return
     try:
-        flow = runtime.registry.get(run.flow)
+        flow = flow_to_drive(runtime, run)
     except FluksioError as exc:
         if run_rows.transition(db, run_id, RunStatus.ERROR, status_reason=str(exc), finished_at=utcnow()):
             runtime.run_ended(run_id, RunStatus.ERROR, orphan=run.parent_id is None)  # alerts, a waiting parent
@@ -58,9 +59,10 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
         if runtime.stopping.is_set() and requeue is not None:
             requeue(run_id)  # still queued: another driver takes over the wait
         return  # cancelled, claimed elsewhere, or handed over while it waited
-    # The code is the one this process loaded and walks (not the files on disk now, nor at submit); every
-    # call carries its digest, and a worker that loaded other code refuses it.
-    code_digest = runtime.registry.digest(flow)
+    # The code is the one the run was submitted with (driver/code.py: this process walks that very code, or
+    # its graph); a run that recorded none runs the code this process loaded. Every call carries the digest,
+    # and a worker that holds other code runs the call from the run's package, or refuses it.
+    code_digest = run.code_digest or runtime.registry.digest(flow)
     epoch = run_rows.claim(db, run_id, code_digest)
     if epoch is None:
         return  # another driver won the claim, or the run was cancelled while queued
@@ -83,7 +85,7 @@ def _drive_woken(runtime: Runtime, run: Run, dispatch: Dispatch, revoke: Revoke)
     started (by their identity), and goes on.
     """
     try:
-        flow = runtime.registry.get(run.flow)
+        flow = flow_to_drive(runtime, run)
     except FluksioError as exc:
         log.error("run %s was woken, but this process cannot load its flow: %s; the sweepers hand it on", run.id,
                   exc)

@@ -61,6 +61,7 @@ class Driver:
             self.s.seed, self.s.priority, self.s.engine = run.seed, run.priority or 0, run.engine
             self.s.resumed_at = run.resumed_at
             self.s.parent_id = run.parent_id
+            self.s.code_entry, self.s.code_signature = run.code_entry, run.code_signature
         # A run never claimed before (never started, never resumed) has no rows yet: only a driver writes
         # them. Not reading them saves one of a short run's dozen statements.
         fresh = run is not None and run.started_at is None and not run.resume_count

@@ -43,6 +43,10 @@ class DriveState:
     dispatch: Dispatch
     revoke: Revoke
     code_digest: str | None = None
+    #: What a worker that does not hold the code imports from the run's package, and the submitter's
+    #: signature over it (``None``: the code did not travel with the run).
+    code_entry: str | None = None
+    code_signature: str | None = None
     end: End = End.DRIVING
     calls: CallsInFlight = field(default_factory=CallsInFlight)
     waitlists: WaitLists = field(default_factory=WaitLists)

@@ -3,7 +3,10 @@
 Admitting makes sure this delivery of the call's message is the one that may
 run it (:func:`admit`); running it happens in this process or in a child on its
 GPUs (:func:`run_admitted`, with :mod:`fluksio.execution.run_here` doing the
-function's part). Whatever the node does — raise, return the wrong shape,
+function's part). A call whose code this worker did not register but that came
+with a code package runs, if ``FLUKSIO_ACCEPT_CODE`` lets it
+(fluksio/security/code_trust.py), in a child that imports that package
+(fluksio/execution/package_server.py), never in this process. Whatever the node does — raise, return the wrong shape,
 return something that is not JSON, run past its timeout — ends as an ``error``
 completion for that node. Nothing it does reaches the worker or the store as an
 exception.
@@ -15,6 +18,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Literal
 
 from fluksio.errors import (
@@ -24,17 +28,21 @@ from fluksio.errors import (
     MessageRefused,
     NodeFailed,
     StoreUnavailable,
+    first_line,
 )
 from fluksio.execution import handoff, interrupt
-from fluksio.execution.isolated import run_in_child
+from fluksio.execution.code_cache import CodeCache
+from fluksio.execution.isolated import run_in_child, run_package_in_child
 from fluksio.execution.run_here import run_node_here
 from fluksio.execution.secrets import secret_inputs
-from fluksio.execution.warm import StartOnGpus
+from fluksio.execution.warm import StartOnGpus, StartPackaged
 from fluksio.failures import redis_outage
 from fluksio.flows.flow import Flow
+from fluksio.flows.package import PackageError
 from fluksio.flows.source import short
 from fluksio.messages import Completion, MadeArtifact, NodeCall
 from fluksio.runtime import Runtime
+from fluksio.security.code_trust import code_refusal
 from fluksio.store.run_rows import call_refusal
 
 log = logging.getLogger(__name__)
@@ -44,23 +52,27 @@ class Admitted:
     """A call this delivery may run: its grant is marked started here, and it must now be settled."""
 
     call: NodeCall
-    flow: Flow
+    #: The flow this worker registered for the call; ``None``: the call runs the code package it came with,
+    #: which only the child that runs it imports.
+    flow: Flow | None
     #: When the worker took it: ISO 8601, UTC.
     started: str
 
 
-def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_in_child) -> None:
+def execute_call(runtime: Runtime, wire: Any, start_on_gpus: StartOnGpus = run_in_child,
+                 start_packaged: StartPackaged = run_package_in_child) -> None:
     """Run the call the message ``wire`` describes (see :class:`~fluksio.messages.NodeCall`) and push its completion.
 
     Whatever happens, a call that reached this worker ends with its grant given back and a completion
     in its driver's inbox — else its run would wait for it forever. A message that is not a node call
     fluksio sends is refused before anything runs (there is nobody to report to). A call granted GPUs runs
     in a process of its own that sees only them: ``start_on_gpus`` starts it (a fresh interpreter, unless
-    the worker has a fork server: fluksio/execution/warm.py).
+    the worker has a fork server: fluksio/execution/warm.py). A call of a shipped code package runs in a
+    process that imports the package: ``start_packaged`` starts it (likewise).
     """
     admitted = admit(runtime, wire)
     if admitted is not None:
-        run_admitted(runtime, admitted, start_on_gpus)
+        run_admitted(runtime, admitted, start_on_gpus, start_packaged)
 
 
 def admit(runtime: Runtime, wire: Any) -> Admitted | None:
@@ -91,7 +103,7 @@ def admit(runtime: Runtime, wire: Any) -> Admitted | None:
         # First make sure this delivery is the one that may run the call: a copy that may not (see
         # Books.start) must not give back a grant, nor report an error, for the copy that does.
         # Its node_started is said in the same step, unless the call cannot run here (its flow is refused).
-        started_event = None if flow is None else {
+        started_event = None if flow_refusal is not None else {
             "run_id": call.run_id, "node": call.unit, "machine": grant.machine, "gpus": list(grant.gpus),
             "attempt": call.attempt}
         if not handoff.start(runtime, grant, uuid.uuid4().hex, started_event):
@@ -110,23 +122,28 @@ def admit(runtime: Runtime, wire: Any) -> Admitted | None:
         # another delivery's. Its message goes back to its queue (execution/task.py) for when the store is back.
         raise CallNotStarted(f"call {call.call_id}: could not check that it may start: {type(exc).__name__}: "
                              f"{exc}") from exc
-    if flow is None:
+    if flow_refusal is not None:
         settle(runtime, call, started=started, status="error", error=flow_refusal)
         return None
     return Admitted(call, flow, started)
 
 
-def run_admitted(runtime: Runtime, admitted: Admitted, start_on_gpus: StartOnGpus = run_in_child) -> None:
-    """Run an admitted call — on its GPUs in a child of its own, or in this process — and settle it."""
+def run_admitted(runtime: Runtime, admitted: Admitted, start_on_gpus: StartOnGpus = run_in_child,
+                 start_packaged: StartPackaged = run_package_in_child) -> None:
+    """Run an admitted call — on its GPUs in a child of its own, or in this process; a call of a shipped code
+    package in a child that imports it — and settle it."""
     call = admitted.call
     try:
-        node = admitted.flow.nodes.get(call.node)
-        if node is None:
-            raise NodeFailed(f"flow {call.flow!r} has no node {call.node!r} on this worker")
-        if call.grant.gpus:
-            ran = start_on_gpus(call, call.grant.gpus, node.timeout_s)
+        if admitted.flow is None:
+            ran = start_packaged(call, call.grant.gpus, _checkout(runtime, call))
         else:
-            ran = run_node_here(runtime, node, call, secrets=secret_inputs(admitted.flow))
+            node = admitted.flow.nodes.get(call.node)
+            if node is None:
+                raise NodeFailed(f"flow {call.flow!r} has no node {call.node!r} on this worker")
+            if call.grant.gpus:
+                ran = start_on_gpus(call, call.grant.gpus, node.timeout_s)
+            else:
+                ran = run_node_here(runtime, node, call, secrets=secret_inputs(admitted.flow))
         settle(runtime, call, started=admitted.started, status="ok", outputs=ran.outputs, artifacts=ran.artifacts,
                logs=ran.logs)
     except (Exception, interrupt.CallCancelled) as exc:
@@ -167,25 +184,47 @@ def replay_refusal(runtime: Runtime, call: NodeCall) -> str | None:
                         call.attempt)
 
 
-def _flow_for(runtime: Runtime, call: NodeCall) -> tuple[Flow | None, str]:
-    """The flow the call may run here, or ``None`` and why it is refused."""
+def _checkout(runtime: Runtime, call: NodeCall) -> Path:
+    """The folder of the call's code package, unpacked in this worker's code cache (fetched if need be)."""
+    assert call.code_digest is not None  # admitted as a package call: it names its package
+    try:
+        # A cache keeps nothing in memory (the folder is its state): one per call costs nothing.
+        return CodeCache.of(runtime.settings).checkout(runtime.artifacts, call.code_digest)
+    except PackageError as exc:  # missing, altered, unsafe: never imported, said in one line
+        raise NodeFailed(first_line(str(exc))) from None
+
+
+def _flow_for(runtime: Runtime, call: NodeCall) -> tuple[Flow | None, str | None]:
+    """The flow the call runs here and ``None``; ``(None, None)`` for a call that runs the code package it
+    came with; or ``None`` and why it is refused.
+
+    A flow this worker registered with the code the run was claimed with runs as it always did, at the same
+    cost; only a call whose code is not here is asked about (fluksio/security/code_trust.py).
+    """
     machine = call.grant.machine
-    if call.flow not in runtime.registry.names():
+    registered = call.flow in runtime.registry.names()
+    claimed = call.code_digest  # absent from an older driver's calls: those run as before
+    if registered:
+        flow = runtime.registry.get(call.flow) if claimed is None else runtime.registry.version(call.flow, claimed)
+        if flow is not None:
+            return flow, None
+    if call.code_entry is not None and claimed is not None:
+        refusal = code_refusal(runtime.settings, runtime.signer, call)
+        if refusal is not None:
+            log.error("refusing call %s of run %s: %s", call.call_id, call.run_id, refusal)
+        return None, refusal
+    if not registered:
         # Never import what a message names: only flows this installation registered may run.
         log.error("refusing call %s: flow %r is not registered on this worker (registered: %s)", call.call_id,
                   call.flow, ", ".join(runtime.registry.names()) or "none")
         return None, (f"flow {call.flow!r} is not registered on machine {machine}; add its module or file to "
                       "FLUKSIO_FLOWS there")
-    claimed = call.code_digest  # absent from an older driver's calls: those run as before
-    flow = runtime.registry.get(call.flow) if claimed is None else runtime.registry.version(call.flow, claimed)
-    if flow is None:
-        # Running it would record this worker's code under the run's digest: a cache entry that a
-        # later run of the other code would be handed.
-        here = runtime.registry.digest(call.flow)
-        log.error("refusing call %s of run %s: flow %r was loaded here as %s, the run was claimed with %s",
-                  call.call_id, call.run_id, call.flow, here, claimed)
-        return None, other_code(machine, call.flow, here, claimed or "")
-    return flow, ""
+    # Running it would record this worker's code under the run's digest: a cache entry that a later run of
+    # the other code would be handed.
+    here = runtime.registry.digest(call.flow)
+    log.error("refusing call %s of run %s: flow %r was loaded here as %s, the run was claimed with %s",
+              call.call_id, call.run_id, call.flow, here, claimed)
+    return None, other_code(machine, call.flow, here, claimed or "")
 
 
 def other_code(machine: str, flow: str, here: str, claimed: str) -> str:

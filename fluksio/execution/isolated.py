@@ -9,6 +9,11 @@ takes its child with it) and reports on its last stdout line.
 A worker with GPUs forks its calls from a warm fork server instead
 (fluksio/execution/forkserver.py, warm.py); this fresh interpreter is what it
 falls back to, and what :func:`run_reported` runs in either.
+
+A call of a shipped code package runs in a child too, whether granted GPUs or
+not (fluksio/execution/shipped.py): told the package's folder, the child
+imports that package alone, never ``FLUKSIO_FLOWS``, and keeps the node's
+timeout itself (only a process that imported the package knows it).
 """
 
 from __future__ import annotations
@@ -19,16 +24,19 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Literal
 
 from fluksio.errors import NodeFailed
 from fluksio.execution.ran import Ran
 from fluksio.execution.run_here import run_node_here
 from fluksio.execution.secrets import secret_inputs
+from fluksio.execution.shipped import LoadedPackage, load_package
 from fluksio.flows.node import error_types
 from fluksio.flows.source import short
 from fluksio.messages import Completion, NodeCall
 from fluksio.runtime import Runtime
+from fluksio.settings import Settings, load_settings
 
 #: The child's report is the stdout line that starts with this.
 RESULT_MARKER = "FLUKSIO-RESULT:"
@@ -43,12 +51,18 @@ def die_with_parent() -> None:
         pass
 
 
-def run_in_child(call: NodeCall, gpus: tuple[int, ...], timeout_s: float | None) -> Ran:
-    """Run the call in a child with ``CUDA_VISIBLE_DEVICES`` = ``gpus``; returns what it made."""
+def run_in_child(call: NodeCall, gpus: tuple[int, ...], timeout_s: float | None, package: Path | None = None,
+                 settings: Settings | None = None) -> Ran:
+    """Run the call in a child with ``CUDA_VISIBLE_DEVICES`` = ``gpus``; returns what it made. ``package``: the
+    folder of the call's shipped code package, which the child imports instead of ``FLUKSIO_FLOWS``;
+    ``settings``: the child's (default: it reads them from the environment, as a worker does)."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+    told = [] if package is None else [str(package)]
+    # On its stdin, not its command line: the settings may hold passwords, which `ps` would show anyone.
+    sent = {"call": call.to_wire(), "settings": None if settings is None else settings.model_dump(mode="json")}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "fluksio.execution.isolated"], input=json.dumps(call.to_wire()),
+            [sys.executable, "-m", "fluksio.execution.isolated", *told], input=json.dumps(sent),
             capture_output=True, text=True, env=env, timeout=timeout_s, preexec_fn=die_with_parent,  # noqa: PLW1509
         )
     except subprocess.TimeoutExpired as exc:
@@ -71,6 +85,13 @@ def run_in_child(call: NodeCall, gpus: tuple[int, ...], timeout_s: float | None)
     return reported(Completion.from_wire(json.loads(report[len(RESULT_MARKER):])), noise, done.stderr)
 
 
+def run_package_in_child(call: NodeCall, gpus: tuple[int, ...], package: Path, settings: Settings | None = None) -> Ran:
+    """Run a call of the shipped code package unpacked in ``package`` in a fresh interpreter that sees ``gpus``
+    (none: ``CUDA_VISIBLE_DEVICES`` is empty); the child keeps the node's timeout. ``settings``: the child's, for
+    a process whose settings are not all in its environment (the embedded default's may be passed in code)."""
+    return run_in_child(call, gpus, None, package=package, settings=settings)
+
+
 def reported(result: Completion, *noise: str) -> Ran:
     """What a child's report says the call made (:class:`NodeFailed` if it failed); ``noise``: what else the
     child wrote to its stdout and stderr (a C library's prints, a crash's traceback), added to its logs."""
@@ -84,11 +105,13 @@ def _text(value: str | bytes | None) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
 
 
-def run_reported(runtime: Runtime, call: NodeCall) -> Completion:
+def run_reported(runtime: Runtime, call: NodeCall, package: LoadedPackage | None = None) -> Completion:
     """Run ``call`` in this process, a child that exists for it alone; how it ended, as the child reports it.
 
     A call claimed with other code than this process loaded is refused: the child imported the flow's files
-    (or its fork server did) after its worker did, and they changed in between.
+    (or its fork server did) after its worker did, and they changed in between. ``package``: the call's
+    shipped code package, imported here (or by the package server this child was forked from) instead of
+    ``FLUKSIO_FLOWS``; its node's timeout is kept here, since no process above this one imported it.
     """
     def report(status: Literal["ok", "error"], ran: Ran | None = None, error: str | None = None,
                logs: str | None = None, failed: NodeFailed | None = None) -> Completion:
@@ -98,6 +121,9 @@ def run_reported(runtime: Runtime, call: NodeCall) -> Completion:
                           error_types=failed.error_types if failed else (), oom=failed.oom if failed else False)
 
     try:
+        if package is not None:
+            flow, node = package.node_for(call)
+            return report("ok", run_node_here(runtime, node, call, use_timeout=True, secrets=secret_inputs(flow)))
         flow = runtime.registry.get(call.flow)
         claimed, here = call.code_digest, runtime.registry.digest(call.flow)
         if claimed is not None and claimed != here:
@@ -117,10 +143,14 @@ def run_reported(runtime: Runtime, call: NodeCall) -> Completion:
 
 
 def main() -> None:
-    from fluksio.settings import load_settings
-
-    call = NodeCall.from_wire(json.loads(sys.stdin.read()))
-    done = run_reported(Runtime.standalone(load_settings()), call)
+    sent = json.loads(sys.stdin.read())
+    call = NodeCall.from_wire(sent["call"])
+    settings = load_settings() if sent["settings"] is None else Settings(**sent["settings"])
+    if len(sys.argv) > 1:  # a shipped code package's folder: its flows alone, never FLUKSIO_FLOWS
+        package = load_package(Path(sys.argv[1]), call.code_entry or "")
+        done = run_reported(Runtime.standalone(settings, package.registry), call, package)
+    else:
+        done = run_reported(Runtime.standalone(settings), call)
     out = sys.__stdout__
     assert out is not None  # a child started by run_in_child always has its stdout piped
     out.write("\n" + RESULT_MARKER + json.dumps(done.to_wire()) + "\n")

@@ -103,6 +103,7 @@ def _call(node: NodeSpec, call: NodeCall, kwargs: dict[str, Any], limit: int, se
 
     def target() -> None:
         with capture_output(limit, hide=secrets) as captured:
+            outcome["capture"] = captured  # what it printed so far, should it run past its timeout
             interrupt.running(call.call_id)
             try:
                 outcome["value"] = node.fn(**kwargs)
@@ -123,7 +124,8 @@ def _call(node: NodeSpec, call: NodeCall, kwargs: dict[str, Any], limit: int, se
     runner.join(node.timeout_s)
     if runner.is_alive():
         interrupt.interrupt(call.call_id)  # stop it at its next Python instruction
-        raise NodeFailed(f"node {node.name!r} timed out after {node.timeout_s:g} s", logs=outcome.get("logs"),
+        so_far = outcome.get("logs") or (outcome["capture"].text if "capture" in outcome else None)
+        raise NodeFailed(f"node {node.name!r} timed out after {node.timeout_s:g} s", logs=so_far,
                          error_types=TIMED_OUT)
     return outcome
 

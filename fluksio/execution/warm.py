@@ -29,17 +29,22 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fluksio.errors import NodeFailed
-from fluksio.execution.forkserver import LENGTH
+from fluksio.execution.forking import LENGTH, REGISTERED
 from fluksio.execution.isolated import die_with_parent, reported, run_in_child
+from fluksio.execution.package_server import package_header
 from fluksio.execution.ran import Ran
 from fluksio.flows.node import error_types
 from fluksio.messages import Completion, NodeCall
 
 #: Runs a call on its GPUs: ``(call, gpu ids, timeout in seconds or None)`` → what it made.
 StartOnGpus = Callable[[NodeCall, tuple[int, ...], float | None], Ran]
+#: Runs a call of a shipped code package in a process that imports it: ``(call, gpu ids (maybe none), the
+#: package's unpacked folder)`` → what it made. That process keeps the node's timeout (only it knows it).
+StartPackaged = Callable[[NodeCall, tuple[int, ...], Path], Ran]
 #: Longest a worker waits for its fork server to load the flows, in seconds. The server loads them while
 #: the worker loads them too, so it is rarely waited for at all; past this, GPU calls start fresh.
 START_TIMEOUT_S = 300.0
@@ -122,12 +127,31 @@ class WarmStarts:
             return self._fresh_instead(call, gpus, timeout_s, "it went away before the call started")
         return heard.outcome(call, timeout_s)
 
-    def _ask(self, call: NodeCall, gpus: tuple[int, ...]) -> tuple[socket.socket, int]:
-        """Hand the server this call's socket and output pipe, then the call; this process's ends of both."""
+    def run_packaged(self, call: NodeCall, gpus: tuple[int, ...], package: Path) -> Ran:
+        """Run a call of the shipped code package in ``package`` in a child of that package's server (a child of
+        the fork server: fluksio/execution/package_server.py) that sees ``gpus``; the child keeps its timeout."""
+        if not self.ready:
+            return run_in_child(call, gpus, None, package=package)
+        try:
+            conn, output = self._ask(call, gpus, package_header(package, call.code_entry or ""))
+        except OSError as exc:
+            return self._fresh_instead(call, gpus, None, f"it could not be reached ({exc})", package)
+        try:
+            heard = listen(conn, output, None)
+        finally:
+            conn.close()
+            os.close(output)
+        if heard.pid is None and heard.exit is None:
+            return self._fresh_instead(call, gpus, None, "it went away before the call started", package)
+        return heard.outcome(call, None)
+
+    def _ask(self, call: NodeCall, gpus: tuple[int, ...], header: bytes = REGISTERED) -> tuple[socket.socket, int]:
+        """Hand the server this call's socket and output pipe (``header`` says which flows the call is of), then
+        the call; this process's ends of both."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         read_end, write_end = os.pipe()
         try:
-            socket.send_fds(self.control, [b"call"], [theirs.fileno(), write_end])
+            socket.send_fds(self.control, [header], [theirs.fileno(), write_end])
             body = json.dumps({"call": call.to_wire(), "gpus": list(gpus)}).encode()
             mine.sendall(LENGTH.pack(len(body)) + body)
         except OSError:
@@ -139,12 +163,14 @@ class WarmStarts:
             os.close(write_end)
         return mine, read_end
 
-    def _fresh_instead(self, call: NodeCall, gpus: tuple[int, ...], timeout_s: float | None, why: str) -> Ran:
+    def _fresh_instead(self, call: NodeCall, gpus: tuple[int, ...], timeout_s: float | None, why: str,
+                       package: Path | None = None) -> Ran:
         # The server does not come back: this process starts GPU calls fresh until the worker restarts.
         self.ready = False
-        log.warning("GPU calls in this worker process start in a fresh interpreter from now on: its fork server "
-                    "is gone (%s); restart `fluksio worker` to have them start warm again", why)
-        return run_in_child(call, gpus, timeout_s)
+        log.warning("GPU calls and shipped code packages in this worker process start in a fresh interpreter from "
+                    "now on: its fork server is gone (%s); restart `fluksio worker` to have them start warm again",
+                    why)
+        return run_in_child(call, gpus, timeout_s, package=package)
 
     def close(self) -> None:
         """Stop the server (closing this end is its signal; its children go with it)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -22,11 +23,14 @@ from fluksio.clock import utcnow
 from fluksio.codecs import REGISTRY, Codec, codec_for, codec_of, store_value
 from fluksio.errors import CodecError, RunRejected
 from fluksio.flows.flow import Flow, InputSpec
+from fluksio.flows.package import FLOWFILE_MODULE_PREFIX
 from fluksio.flows.registry import FlowRegistry
 from fluksio.flows.secret import Secret, secret_name
+from fluksio.runs.code import DESCRIBED, RunCode, describe_once, earlier, ship
 from fluksio.runs.references import is_reference
 from fluksio.runs.references import resolve as resolve_reference
 from fluksio.schemas import DevicePolicy, Inventory, RunStatus
+from fluksio.security.signatures import Signer
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
 from fluksio.store.models import Run
@@ -197,9 +201,31 @@ def flow_reference(flow: Flow) -> str | None:
     attr = next((k for k, v in vars(module).items() if v is flow), None) if module else None
     if attr is None:
         return None
-    if flow.module != "__main__" and not flow.module.startswith("fluksio_flowfile_"):
+    if flow.module != "__main__" and not flow.module.startswith(FLOWFILE_MODULE_PREFIX):
         return f"{flow.module}:{attr}"
     return f"{flow.source_file}:{attr}" if flow.source_file else None
+
+
+def _flow_and_code(db: Database, registry: FlowRegistry, artifacts: ArtifactStore, flow_or_name: Flow | str,
+                   code: RunCode | str | None, code_max_mb: float,
+                   signer: Signer | None) -> tuple[Flow, Callable[[], RunCode]]:
+    """The flow a run is submitted for, and what makes the code it records (runs/code.py): called once every
+    other check passed, so that a refused submit stores no package."""
+    if isinstance(code, str):  # an earlier package, run again unchanged: its graph is the flow, not this process's
+        name = flow_or_name.name if isinstance(flow_or_name, Flow) else flow_or_name
+        if not isinstance(name, str) or not name:
+            raise RunRejected(f"expected a Flow or a flow's name with code=, got {flow_or_name!r}")
+        run_code, flow = earlier(db, artifacts, name, code, signer)  # stores nothing
+        return flow, lambda: run_code
+    if isinstance(flow_or_name, Flow) and flow_or_name.module == DESCRIBED:
+        flow = flow_or_name.validate()  # rebuilt from a description (a shipped run's subflow): never registered
+    else:
+        flow = registry.resolve(flow_or_name)
+    if code is None:
+        return flow, lambda: ship(flow, artifacts, max_mb=code_max_mb, signer=signer)
+    inherited = code
+    return flow, lambda: inherited if inherited.graph is not None else replace(
+        inherited, graph=describe_once(flow, artifacts))
 
 
 def submit_run(
@@ -221,12 +247,18 @@ def submit_run(
     parent_id: str | None = None,
     parent_node: str | None = None,
     pools: Mapping[str, int] | None = None,
+    code: RunCode | str | None = None,
+    code_max_mb: float = 20.0,
+    signer: Signer | None = None,
 ) -> tuple[Run, bool]:
     """Journal a run. Returns the row and whether it is new (``False``: an idempotent retry).
 
     ``schedule`` and ``schedule_tick``: the schedule whose tick (a UTC time) submits the run;
     ``parent_id`` and ``parent_node``: the run and the call (``trial[2]``) whose child run this is;
-    ``pools``: the installation's pools, which the flow's nodes must name from (``None``: not checked).
+    ``pools``: the installation's pools, which the flow's nodes must name from (``None``: not checked);
+    ``code``: an earlier code package's digest to run again unchanged, or the code a child run inherits from its
+    parent (else the flow's own code is shipped: runs/code.py, packages up to ``code_max_mb``, signed by
+    ``signer`` when given).
     """
     if idempotency_key is not None:
         if not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 200:
@@ -237,7 +269,7 @@ def submit_run(
     if group is not None and (not isinstance(group, str) or not 0 < len(group) <= 64):
         raise RunRejected("group must be a non-empty string of at most 64 characters")
     check_priority(priority)
-    flow = registry.resolve(flow_or_name)
+    flow, code_of = _flow_and_code(db, registry, artifacts, flow_or_name, code, code_max_mb, signer)
     # What the flow asks of the installation first: validating the inputs stores codec values as artifacts.
     if embedded_machines is not None:
         check_placeable(flow, embedded_machines)
@@ -246,9 +278,12 @@ def submit_run(
     values = validate_params(flow, params, seed,
                              resolve=lambda name, value: resolve_reference(db, artifacts, name, value),
                              store=artifacts)
+    run_code = code_of()
     run = Run(
         id=new_run_id(), flow=flow.name, flow_ref=flow_reference(flow), flow_version=flow.version,
         params=values, params_digest=params_digest(values, seed), seed=seed, group_id=group,
+        code_digest=run_code.digest, code_entry=run_code.entry, code_signature=run_code.signature,
+        graph_digest=run_code.graph,
         status=RunStatus.QUEUED.value, created_at=utcnow(), engine=engine, idempotency_key=idempotency_key,
         no_cache=bool(no_cache), cancel_requested=False, priority=priority, schedule=schedule,
         schedule_tick=schedule_tick, parent_id=parent_id, parent_node=parent_node,

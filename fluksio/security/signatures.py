@@ -1,4 +1,4 @@
-"""Signatures on what fluksio moves outside Celery: the messages on a run's inbox.
+"""Signatures on what fluksio moves outside Celery: the messages on a run's inbox, and code packages.
 
 With the ``FLUKSIO_SIGNING_*`` settings, Celery signs every task message (its ``auth`` serializer; see
 fluksio/security/celery_signing.py). Completions, cancels, wake-ups and child ends travel on Redis lists instead,
@@ -9,6 +9,10 @@ What is signed binds a message to its run: ``fluksio-inbox/1``, the run id and t
 text. A message copied onto another run's inbox no longer verifies there; one without a signature, or
 signed by a certificate this process does not trust, is refused (:class:`~fluksio.errors.MessageRefused`)
 and the inbox drops it with a log line, never handing it to a driver.
+
+A code package shipped with a run (flows/package.py) is signed by its submitter over ``fluksio-code/1`` and
+its digest (:meth:`Signer.sign_code`); a worker that runs only signed code checks it (:meth:`Signer.verify_code`,
+fluksio/security/code_trust.py).
 
 Each process loads the files once (:func:`load_signer`); a mistake in them is a
 :class:`~fluksio.errors.ConfigError` naming the file, at start.
@@ -36,6 +40,9 @@ if TYPE_CHECKING:
 #: What every signature covers first: the purpose and version of the scheme, so that a signature made
 #: for something else (a Celery message, another version's inbox) never verifies as an inbox message.
 PURPOSE = b"fluksio-inbox/1\n"
+#: What a code signature covers first (then the code package's digest): a signature over an inbox message
+#: never verifies as one over code, nor the other way round.
+CODE_PURPOSE = b"fluksio-code/1\n"
 #: The fields of a signed message on the wire, and nothing else.
 ENVELOPE_FIELDS = frozenset({"signed_by", "signature", "message"})
 
@@ -97,6 +104,39 @@ class Signer:
             raise MessageRefused(f"a message whose signature does not verify for run {run_id} (signed for "
                                  "another run, or altered on the way)") from None
         return str(data["message"])
+
+    def sign_code(self, digest: str) -> str:
+        """The submitter's signature over the code package ``digest`` (``sha256:…``), as JSON text: the same
+        envelope as :meth:`seal` makes, so that a worker can say which certificate signed it."""
+        signature = self.key.sign(CODE_PURPOSE + digest.encode(), *_scheme())
+        return json.dumps({"signed_by": self.identity, "signature": base64.b64encode(signature).decode(),
+                           "message": digest})
+
+    def verify_code(self, digest: str, signature: str) -> None:
+        """Return if ``signature`` (what :meth:`sign_code` made) is a trusted certificate's over the code package
+        ``digest``; else :class:`MessageRefused` saying why, in words that follow "the package was …"."""
+        from cryptography.exceptions import InvalidSignature
+
+        try:
+            data = json.loads(signature)
+        except ValueError:
+            raise MessageRefused("signed with something that is not a fluksio code signature") from None
+        if (not is_envelope(data) or set(data) != ENVELOPE_FIELDS
+                or not all(isinstance(data[field], str) for field in ENVELOPE_FIELDS)):
+            raise MessageRefused("signed with something that is not a fluksio code signature")
+        if data["message"] != digest:
+            # A signature copied from another package onto this one: it says which package it is for.
+            raise MessageRefused(f"signed for another code package ({data['message']:.80})")
+        public_key = self.trusted.get(data["signed_by"])
+        if public_key is None:
+            raise MessageRefused(f"signed by the certificate {data['signed_by']!r}, which is not among the trusted "
+                                 f"ones in {self.store_path}")
+        try:
+            public_key.verify(base64.b64decode(data["signature"], validate=True), CODE_PURPOSE + digest.encode(),
+                              *_scheme())
+        except (InvalidSignature, ValueError):
+            raise MessageRefused(f"signed in the name of {data['signed_by']!r}, and the signature does not verify "
+                                 "(forged, or altered on the way)") from None
 
 
 def _signed_bytes(run_id: str, text: str) -> bytes:

@@ -59,8 +59,17 @@ class Run(Base):
     flow_ref: Mapped[str | None] = mapped_column(String(1000))
     #: Digest of the graph's shape; the code inside is in ``code_digest``.
     flow_version: Mapped[str | None] = mapped_column(String(64))
-    #: Read when the run is claimed, not at submit: the code that actually ran.
+    #: The code the run runs: the digest of its code package (flows/package.py), recorded at submit; a run
+    #: submitted without one (a flow defined without a file) gets the code its driver loaded at claim.
     code_digest: Mapped[str | None] = mapped_column(String(80))
+    #: What a worker imports from the package (a module, or a file's path in it); ``None``: not shipped, the
+    #: workers must hold the code themselves (``FLUKSIO_FLOWS``).
+    code_entry: Mapped[str | None] = mapped_column(String(1000))
+    #: The submitter's signature over ``code_digest`` (signed with its ``FLUKSIO_SIGNING_KEY``).
+    code_signature: Mapped[str | None] = mapped_column(Text)
+    #: The artifact holding the graph described as data (flows/manifest.py): what a driver that does not
+    #: hold the code walks.
+    graph_digest: Mapped[str | None] = mapped_column(String(80))
     params: Mapped[dict[str, Any]] = mapped_column(JSONValue, default=dict)
     params_digest: Mapped[str] = mapped_column(String(80))
     seed: Mapped[int | None] = mapped_column(BigInteger)

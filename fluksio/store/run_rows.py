@@ -85,10 +85,24 @@ def claim(db: Database, run_id: str, code_digest: str | None) -> int | None:
         return connection.scalar(
             update(Run)
             .where(Run.id == run_id, Run.status == RunStatus.QUEUED.value, Run.cancel_requested.is_(False))
-            .values(status=RunStatus.RUNNING.value, started_at=now, lease_at=now, code_digest=code_digest,
-                    status_reason=None)
+            .values(status=RunStatus.RUNNING.value, started_at=now, lease_at=now,
+                    code_digest=func.coalesce(Run.code_digest, code_digest), status_reason=None)
             .returning(Run.resume_count)
         )
+
+
+@retried
+def find_shipped(db: Database, flow: str, code_digest: str) -> tuple[str, str] | None:
+    """What to import from code package ``code_digest`` of ``flow``, and its graph's digest, as the newest run
+    of that flow that shipped it recorded them."""
+    with db.read_connection() as connection:
+        row = connection.execute(
+            select(Run.code_entry, Run.graph_digest)
+            .where(Run.flow == flow, Run.code_digest == code_digest, Run.code_entry.is_not(None),
+                   Run.graph_digest.is_not(None))
+            .order_by(Run.id.desc()).limit(1)
+        ).first()
+    return None if row is None else (str(row[0]), str(row[1]))
 
 
 def _mine(epoch: int | None) -> list[Any]:
@@ -411,7 +425,7 @@ def to_record(run: Run, nodes: Sequence[Any]) -> RunRecord:
     return RunRecord(
         id=run.id, flow=run.flow, status=RunStatus(run.status), status_reason=run.status_reason,
         params=run.params or {}, seed=run.seed, group_id=run.group_id, result=run.result,
-        code_digest=run.code_digest, created_at=run.created_at, started_at=run.started_at,
+        code_digest=run.code_digest, code_entry=run.code_entry, created_at=run.created_at, started_at=run.started_at,
         finished_at=run.finished_at, duration_ms=run.duration_ms, resume_count=run.resume_count or 0,
         resumed_from=RunStatus(run.resumed_from) if run.resumed_from else None,
         priority=run.priority or 0, parent_id=run.parent_id, parent_node=run.parent_node,

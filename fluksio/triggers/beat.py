@@ -183,6 +183,7 @@ class TableScheduler(Scheduler):
                 engine=self.runtime.settings.engine, params=spec.params, seed=spec.seed,
                 idempotency_key=tick_key(spec.id, tick), priority=spec.priority, schedule=spec.name,
                 schedule_tick=tick, pools=self.runtime.settings.pools,
+                code_max_mb=self.runtime.settings.code_max_mb, signer=self.runtime.signer,
             )
         except StoreUnavailable:
             raise

@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 
 from fluksio.artifacts.digests import validate_digest
 from fluksio.client import Client
-from fluksio.errors import ArtifactError, InvalidRequest, RunNotFound, RunRejected
+from fluksio.errors import ArtifactError, FluksioError, InvalidRequest, RunNotFound, RunRejected
 from fluksio.schemas import RunRecord, RunStatus
 from fluksio.store.models import RunArtifact
 from fluksio.ui.downsample import downsample
@@ -92,10 +92,15 @@ class RunDetail:
     waiting: list[dict[str, Any]] = field(default_factory=list)
     #: Each metric series: the run holding its points and how many there are.
     sources: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: The files of the run's code package (``path``, ``size``), when its code travelled with it; ``None``
+    #: when it did not, or when the package cannot be read (``code_error`` says why).
+    code_files: list[dict[str, Any]] | None = None
+    code_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {**json.loads(self.record.model_dump_json()), "artifacts": self.artifacts,
-                "children": [r.id for r in self.children], "running": self.running, "waiting": self.waiting}
+                "children": [r.id for r in self.children], "running": self.running, "waiting": self.waiting,
+                "code_files": self.code_files}
 
 
 def run_detail(client: Client, run_id: str) -> RunDetail:
@@ -104,6 +109,11 @@ def run_detail(client: Client, run_id: str) -> RunDetail:
     children = client.runs(parent=record.id, limit=CHILDREN_MAX)
     detail = RunDetail(record, client.resumed_at(record.id), artifacts, children,
                        sources=client.series.sources(record.id))
+    if record.code_entry is not None:
+        try:
+            detail.code_files = [{"path": f.path, "size": f.size} for f in client.code_files(record.id)]
+        except FluksioError as exc:  # a package gone from the store: the page says so, and shows the rest
+            detail.code_error = str(exc)
     if not record.status.is_terminal():
         snapshot = client.placement()
         for machine in snapshot["machines"]:

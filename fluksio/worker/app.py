@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from celery import Celery
@@ -12,9 +13,9 @@ from kombu.connection import ConnectionPool, PooledConnection
 from fluksio.constants import DRIVE_TASK, DRIVERS_QUEUE
 from fluksio.driver.task import CallSenders, register_drive_task
 from fluksio.execution.interrupt import interrupt
-from fluksio.execution.isolated import run_in_child
+from fluksio.execution.isolated import run_in_child, run_package_in_child
 from fluksio.execution.task import register_call_task
-from fluksio.execution.warm import StartOnGpus
+from fluksio.execution.warm import StartOnGpus, StartPackaged
 from fluksio.runs.lease import Sweeper
 from fluksio.runtime import Runtime
 from fluksio.security.celery_signing import secure, signing_config
@@ -96,9 +97,13 @@ def new_app() -> Celery:
 
 
 def create_app(settings: Settings, runtime: Runtime, *, start_on_gpus: StartOnGpus = run_in_child,
-               **overrides: Any) -> Celery:
+               start_packaged: StartPackaged | None = None, **overrides: Any) -> Celery:
     """An app with fluksio's two tasks registered, bound to ``runtime``; ``start_on_gpus`` starts the calls
-    granted GPUs (a node worker with GPUs forks them warm: fluksio/execution/warm.py)."""
+    granted GPUs, ``start_packaged`` the calls of shipped code packages (a node worker with a fork server forks
+    both warm: fluksio/execution/warm.py; by default each starts in a fresh interpreter, which is handed the
+    runtime's settings: the embedded default's may have been given in code, not in the environment)."""
+    if start_packaged is None:
+        start_packaged = partial(run_package_in_child, settings=runtime.settings)
     app = new_app()
     app.conf.update(celery_config(settings), **overrides)
     secure(app, settings)
@@ -108,7 +113,7 @@ def create_app(settings: Settings, runtime: Runtime, *, start_on_gpus: StartOnGp
     # Kept for the app's lifetime: close_app closes them.
     app.fluksio_senders = CallSenders(app, keep=settings.driver_concurrency)  # type: ignore[attr-defined]
     register_drive_task(app, app.fluksio_senders, interrupt_local=interrupt if settings.embedded else None)
-    register_call_task(app, start_on_gpus)
+    register_call_task(app, start_on_gpus, start_packaged)
     return app
 
 

@@ -18,14 +18,16 @@ from celery.signals import worker_process_init, worker_ready, worker_shutting_do
 from fluksio.broker.connection import wait_for_broker
 from fluksio.constants import CHANGES_CHANNEL, DRIVERS_QUEUE
 from fluksio.errors import ConfigError
-from fluksio.execution.isolated import die_with_parent, run_in_child
+from fluksio.execution.isolated import die_with_parent, run_in_child, run_package_in_child
 from fluksio.execution.lost import settle_lost_calls
-from fluksio.execution.warm import StartOnGpus, WarmStarts
+from fluksio.execution.warm import SETTING as FORK_SERVER_SETTING
+from fluksio.execution.warm import StartOnGpus, StartPackaged, WarmStarts
 from fluksio.placement.redis import RedisBooks
 from fluksio.provisioners import Poller
 from fluksio.routing import node_queues
 from fluksio.runtime import Runtime
 from fluksio.schemas import Inventory
+from fluksio.security.code_trust import require_code_trust
 from fluksio.security.trust import introduce
 from fluksio.settings import Settings, require_redis_broker
 from fluksio.triggers.alerts import attach_alerts, load_alert_rules
@@ -55,8 +57,11 @@ def _fresh_connections_after_fork(runtime: Runtime) -> None:
 def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool, loglevel: str,
                     idle_timeout_s: float | None = None, with_beat: bool = False) -> None:
     require_distributed(settings)
-    # Started first, so that it loads the flows while this process does; the pool forks after it is ready.
-    warm = WarmStarts.start() if settings.gpu_fork_server and inventory.gpus else None
+    require_code_trust(settings)
+    # Started first, so that it loads the flows while this process does; the pool forks after it is ready. GPU
+    # calls start warm from it, and so do the calls of shipped code packages (each package gets a server).
+    shipped = settings.accept_code != "registered"
+    warm = WarmStarts.start() if settings.gpu_fork_server and (inventory.gpus or shipped) else None
     try:
         runtime = Runtime.distributed(settings, machine=inventory.name)  # a run store it cannot open ends it here
         wait_for_broker(settings)  # a broker not up yet is said at once, then waited for (as Celery does)
@@ -66,7 +71,8 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
         raise
     books = runtime.placer.books
     assert isinstance(books, RedisBooks)
-    app = create_app(settings, runtime, start_on_gpus=_warm_or_fresh(warm, inventory.name))
+    start_on_gpus, start_packaged = _warm_or_fresh(warm, inventory, shipped)
+    app = create_app(settings, runtime, start_on_gpus=start_on_gpus, start_packaged=start_packaged)
     introduction = introduce(runtime.settings, runtime.redis, f"nodes@{inventory.name}")
     _fresh_connections_after_fork(runtime)
     settle_lost_calls(runtime)  # a pool process killed mid-call (the OOM killer) ends its call here
@@ -114,22 +120,36 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
     sys.exit(code or 0)
 
 
-def _warm_or_fresh(warm: WarmStarts | None, machine: str) -> StartOnGpus:
-    """How this worker starts its GPU calls, said once in its log when the log is set up (the worker is ready)."""
-    if warm is None:
-        return run_in_child
-    why = warm.wait_ready()
-    if why is None:
-        said = (logging.INFO, f"GPU calls on {machine} start warm: forked from the fork server (pid "
-                              f"{warm.process.pid}) that loaded {', '.join(warm.flows) or 'no flows'}")
+def _warm_or_fresh(warm: WarmStarts | None, inventory: Inventory, shipped: bool,
+                   ) -> tuple[StartOnGpus, StartPackaged]:
+    """How this worker starts its GPU calls and the calls of shipped code packages (``shipped``: it runs some),
+    said once in its log when the log is set up (the worker is ready)."""
+    machine = inventory.name
+    said: list[tuple[int, str]] = []
+    why = warm.wait_ready() if warm is not None else f"{FORK_SERVER_SETTING}=false"
+    if warm is not None and why is None:
+        if inventory.gpus:
+            said.append((logging.INFO, f"GPU calls on {machine} start warm: forked from the fork server (pid "
+                                       f"{warm.process.pid}) that loaded {', '.join(warm.flows) or 'no flows'}"))
+        if shipped:
+            said.append((logging.INFO, f"shipped code packages on {machine} start warm: each package is imported "
+                                       f"once, by a server of its own forked from the fork server (pid "
+                                       f"{warm.process.pid})"))
     else:
-        said = (logging.WARNING, f"GPU calls on {machine} start in a fresh interpreter each: {why}")
+        if warm is not None and inventory.gpus:  # a worker without a fork server said nothing of GPU calls before
+            said.append((logging.WARNING, f"GPU calls on {machine} start in a fresh interpreter each: {why}"))
+        if shipped:
+            said.append((logging.WARNING, f"shipped code packages on {machine} start in a fresh interpreter each "
+                                          f"call, which imports the package again: {why}"))
 
     @worker_ready.connect(weak=False)
     def _say(**_: Any) -> None:
-        log.log(*said)
+        for level, line in said:
+            log.log(level, line)
 
-    return warm.run if why is None else run_in_child
+    if warm is None or why is not None:
+        return run_in_child, run_package_in_child
+    return warm.run, warm.run_packaged
 
 
 def _stop_child(child: subprocess.Popen[bytes]) -> None:

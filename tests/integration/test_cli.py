@@ -225,3 +225,44 @@ def test_the_search_example_runs_its_trials_as_child_runs_listed_with_parent(tmp
     assert set(trials.values()) == {c["id"] for c in children}
     shown = fluksio("show", children[0]["id"], cwd=tmp_path)
     assert f"child of {record['id']}" in shown.stdout and "loss" in shown.stdout
+
+
+def test_the_daily_loop_run_show_code_get_and_run_an_earlier_package_again(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "helpers.py").write_text("FACTOR = 3\n")
+    (project / "flows.py").write_text(
+        "from fluksio import Flow\n"
+        "import helpers\n"
+        "scaled = Flow('scaled', inputs={'x': int}, outputs=['y'])\n"
+        "@scaled.node(provides='y')\n"
+        "def times(x):\n"
+        "    return x * helpers.FACTOR\n"
+    )
+    first = fluksio("run", str(project / "flows.py"), "-p", "x=2", "--json", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    record = json.loads(first.stdout)
+    assert record["result"] == {"y": 6} and record["code_entry"] == "flows.py"
+
+    shown = fluksio("show", record["id"], cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert f"code {record['code_digest']} · runs flows.py · 2 file(s)\n  flows.py  " in shown.stdout
+    assert "\n  helpers.py  11 B\n" in shown.stdout
+
+    (project / "helpers.py").write_text("FACTOR = 10\n")  # edited after the run
+    got = fluksio("code", "get", record["id"], "-o", str(tmp_path / "ran"), cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split() == ["flows.py", "helpers.py"]
+    assert (tmp_path / "ran" / "helpers.py").read_text() == "FACTOR = 3\n"  # what ran, not what is there now
+    assert (tmp_path / "ran" / "flows.py").read_bytes() == (project / "flows.py").read_bytes()
+    again = fluksio("code", "get", record["id"], "-o", str(tmp_path / "ran"), cwd=tmp_path)
+    assert again.returncode == 2 and "is not an empty folder" in again.stderr
+
+    edited = fluksio("run", str(project / "flows.py"), "-p", "x=2", "--json", cwd=tmp_path)
+    assert json.loads(edited.stdout)["result"] == {"y": 20}, edited.stderr
+    rerun = fluksio("run", "scaled", "--code", record["code_digest"], "-p", "x=5", "--json", "--no-cache",
+                    cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout)["result"] == {"y": 15}  # FACTOR 3: the earlier package, unchanged
+    unknown = fluksio("run", "scaled", "--code", "sha256:" + "0" * 64, cwd=tmp_path)
+    assert unknown.returncode == 2 and "no run of flow 'scaled' shipped code package" in unknown.stderr

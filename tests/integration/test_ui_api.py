@@ -143,7 +143,12 @@ def test_run_api_is_fluksio_show_json_plus_artifacts_and_children(inst: Installa
     body = inst.ui.api(f"/api/runs/{inst.single}")
     shown = json.loads(cli(inst, "show", inst.single, "--json"))
     assert {k: v for k, v in body.items() if k in shown} == shown
-    assert set(body) - set(shown) == {"artifacts", "children", "running", "waiting"}
+    assert set(body) - set(shown) == {"artifacts", "children", "running", "waiting", "code_files"}
+    # The code the run shipped: the flows' file (by its path in the package) and what it imports of its tree.
+    assert shown["code_entry"] == "tests.integration.support.ui_flows"
+    paths = [f["path"] for f in body["code_files"]]
+    assert "tests/integration/support/ui_flows.py" in paths and "tests/__init__.py" in paths
+    assert all(f["size"] > 0 or f["path"].endswith("__init__.py") for f in body["code_files"])
     [model] = body["artifacts"]
     assert model["name"] == "model.txt" and model["node"] == "fit" and model["message"] == "model"
     assert model["digest"] == shown["result"]["model"]["$artifact"]["digest"]

@@ -40,6 +40,9 @@ def test_a_run_whose_flow_cannot_be_loaded_ends_and_tells(told) -> None:
     run, _ = submit_run(runtime.db, runtime.registry, runtime.artifacts, flow, engine="embedded", params={},
                         no_cache=True, embedded_machines=runtime.placer.machines())
     runtime.registry._flows.pop(flow.name)  # the driver's process cannot load it (an import error, say)
+    runtime.registry._versions.pop(flow.name)
+    # ... and runs only the code it registered, so the package the run shipped is no way out either.
+    runtime.settings = runtime.settings.model_copy(update={"accept_code": "registered"})
     drive(runtime, run.id, lambda *_: None, lambda _call_id: None)
     assert get_run(runtime.db, run.id).status == "error"
     assert ended == [(run.id, RunStatus.ERROR)]

@@ -1,4 +1,5 @@
-"""A run is claimed with the code its driver loaded, and a worker that loaded other code refuses its calls.
+"""A run is claimed with the code it was submitted with, and a worker that holds other code, and runs only the
+code it registered, refuses its calls.
 
 Each "process" here is a registry that imported the flow file at some moment: the driver and the worker
 share the store, the books and the inboxes (as hosts share Redis and the database), not what they imported.
@@ -67,9 +68,11 @@ def edit(flow_file: Path) -> None:
 
 def run_once(runtime: Runtime, driver: FlowRegistry, worker: FlowRegistry,
              sent: list[NodeCall] | None = None) -> str:
-    """Submit and drive one run with ``driver``'s flows; its calls execute on a worker with ``worker``'s."""
+    """Submit and drive one run with ``driver``'s flows; its calls execute on a worker with ``worker``'s, which
+    runs only the code it registered (FLUKSIO_ACCEPT_CODE=registered)."""
     on_driver = dataclasses.replace(runtime, registry=driver)
-    on_worker = dataclasses.replace(runtime, registry=worker)
+    registered_only = runtime.settings.model_copy(update={"accept_code": "registered"})
+    on_worker = dataclasses.replace(runtime, registry=worker, settings=registered_only)
 
     def dispatch(call: NodeCall, _queue: str, _display: str) -> None:
         if sent is not None:
@@ -122,10 +125,15 @@ def test_a_worker_that_loaded_other_code_than_the_driver_refuses_the_call(runtim
     assert record.code_digest == driver.digest("edited")
     [row] = node_rows(runtime.db, run_id)
     assert row.status == "error" and row.outputs is None
-    assert row.error.startswith(f"machine {runtime.machine} loaded other code for flow 'edited' than this run was "
-                                f"claimed with ({worker.digest('edited')[:19]}… here, "
-                                f"{driver.digest('edited')[:19]}… in the run's driver)")
-    assert f"restart `fluksio worker` on {runtime.machine} (or the drivers)" in row.error
+    if restarted == "driver":  # the submitter's files were as it loaded them: its code travelled with the run
+        assert row.error.startswith(f"machine {runtime.machine} runs only the flows FLUKSIO_FLOWS loads "
+                                    f"(FLUKSIO_ACCEPT_CODE=registered), and flow 'edited' of run {run_id} came with "
+                                    f"code package {driver.digest('edited')[:19]}…, which it does not hold")
+    else:  # edited after the submitter loaded them: not shipped, so only a worker holding that code may run it
+        assert row.error.startswith(f"machine {runtime.machine} loaded other code for flow 'edited' than this run "
+                                    f"was claimed with ({worker.digest('edited')[:19]}… here, "
+                                    f"{driver.digest('edited')[:19]}… in the run's driver)")
+        assert f"restart `fluksio worker` on {runtime.machine} (or the drivers)" in row.error
     assert runtime.placer.snapshot()["machines"][0]["free"]["cpus"] == 4  # the grant was given back
     spec = driver.get("edited").nodes["step"]
     key = cache_key("edited", spec, driver.digest("edited"), {"x": 1})

@@ -1,0 +1,277 @@
+"""Calls of shipped code packages, with real processes and without Celery: this test process plays the pool
+process that asks (fluksio/execution/warm.py), a real ``python -m fluksio.execution.forkserver`` forks a
+package server per package (fluksio/execution/package_server.py), and that forks each call. Several versions
+of one flow run side by side, none of them restarting anything, none seeing the worker's own flows."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fluksio import Settings
+from fluksio.artifacts.local import LocalArtifactStore
+from fluksio.errors import NodeFailed
+from fluksio.execution.code_cache import CodeCache
+from fluksio.execution.isolated import run_package_in_child
+from fluksio.execution.package_server import MAX_PACKAGE_SERVERS, package_header
+from fluksio.execution.warm import WarmStarts
+from fluksio.flows.package import CodePackage
+from fluksio.messages import NodeCall
+from fluksio.schemas import Grant
+from fluksio.store.db import Database
+from tests.integration.support.package_flows import (
+    BLOB,
+    BROKEN_FLOW,
+    HANG,
+    OVERDUE,
+    RESIDENT_FLOW,
+    SHIPPED_FLOW,
+    shipped_package,
+    write_tree,
+)
+from tests.integration.support.processes import gone, wait_for_mark
+
+pytestmark = pytest.mark.integration
+
+FORK_SERVER = "fluksio.execution.forkserver"
+#: The shipped flow with nodes that overrun their timeout, that never end, and that store an artifact.
+EVERY_NODE = SHIPPED_FLOW + OVERDUE + HANG + BLOB
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("packages")
+
+
+@pytest.fixture(scope="module")
+def installation(workdir: Path) -> dict[str, str]:
+    """A worker's environment: a run store, artifacts, its own flows (with their own ``helpers``), marks."""
+    database = f"sqlite:///{workdir / 'fluksio.db'}"
+    store = Database(database)
+    store.upgrade()
+    store.dispose()
+    resident = write_tree(workdir / "worker", RESIDENT_FLOW, "the worker's")
+    return {"FLUKSIO_DATABASE_URL": database, "FLUKSIO_ARTIFACTS_DIR": str(workdir / "artifacts"),
+            "FLUKSIO_FLOWS": str(resident), "FLUKSIO_CONFIG": str(workdir / "none.toml"),
+            "TEST_FLUKSIO_MARKS": str(workdir / "marks")}
+
+
+@pytest.fixture(autouse=True)
+def _environment(_clean_fluksio_env: None, installation: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """What this process has while a test runs: what a worker has (its fresh interpreters inherit it)."""
+    for key, value in installation.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.fixture(scope="module")
+def store(installation: dict[str, str]) -> LocalArtifactStore:
+    return LocalArtifactStore(installation["FLUKSIO_ARTIFACTS_DIR"])
+
+
+@pytest.fixture(scope="module")
+def cache(workdir: Path) -> CodeCache:
+    return CodeCache(workdir / "code", 100_000_000)
+
+
+@pytest.fixture(scope="module")
+def versions(workdir: Path, store: LocalArtifactStore) -> dict[str, CodePackage]:
+    """Two versions of the flow ``shipped``, whose ``helpers.CONSTANT`` differ."""
+    return {version: shipped_package(workdir / "submitted" / version, version, store, flow=EVERY_NODE)
+            for version in ("v1", "v2")}
+
+
+def start_warm(installation: dict[str, str]) -> WarmStarts:
+    with pytest.MonkeyPatch.context() as patch:  # a worker's environment, whatever the test's is
+        for key in [k for k in os.environ if k.startswith("FLUKSIO_")]:
+            patch.delenv(key)
+        for key, value in installation.items():
+            patch.setenv(key, value)
+        starts = WarmStarts.start()
+    assert starts.wait_ready() is None
+    return starts
+
+
+@pytest.fixture(scope="module")
+def warm(installation: dict[str, str]) -> Iterator[WarmStarts]:
+    starts = start_warm(installation)
+    yield starts
+    starts.close()
+
+
+def call_of(package: CodePackage, node: str = "look", tag: str = "", gpus: tuple[int, ...] = (),
+            flow: str = "shipped") -> NodeCall:
+    call_id = f"run1.{node}.{time.time_ns()}"
+    return NodeCall(call_id=call_id, run_id="run1", flow=flow, node=node, attempt=1, inputs={"tag": tag},
+                    grant=Grant(id=call_id, machine="box", cpus=1, gpus=gpus), code_digest=package.digest,
+                    code_entry=package.entry)
+
+
+def marks(installation: dict[str, str]) -> Path:
+    return Path(installation["TEST_FLUKSIO_MARKS"])
+
+
+def children_of(pid: int) -> list[int]:
+    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_two_versions_of_one_flow_run_side_by_side_each_with_its_own_helpers(
+        warm: WarmStarts, versions: dict[str, CodePackage], cache: CodeCache, store: LocalArtifactStore) -> None:
+    seen: dict[str, dict] = {}
+    folders = {version: cache.checkout(store, package.digest) for version, package in versions.items()}
+
+    def run(version: str) -> None:
+        package = versions[version]
+        seen[version] = warm.run_packaged(call_of(package), (), folders[version]).outputs["seen"]
+
+    threads = [threading.Thread(target=run, args=(version,)) for version in ("v1", "v2", "v1")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert {version: s["constant"] for version, s in seen.items()} == {"v1": "v1", "v2": "v2"}
+    for version, s in seen.items():
+        # The package's helpers, not the worker's module of the same name, which its fork server imported.
+        assert Path(s["helpers"]).parent == folders[version]
+        assert s["flow_files"] == [str(folders[version] / "flows.py")]  # FLUKSIO_FLOWS is forgotten
+        assert FORK_SERVER in s["parent"] and s["pid"] != warm.process.pid
+        assert s["devices"] == ""  # a call granted no GPUs sees none
+    # One package server per package, children of the fork server; each call a child of its package's server.
+    servers = children_of(warm.process.pid)
+    assert len(servers) == 2
+
+
+def test_a_package_call_granted_gpus_sees_exactly_them_and_its_logs_come_back(
+        warm: WarmStarts, versions: dict[str, CodePackage], cache: CodeCache, store: LocalArtifactStore) -> None:
+    package = versions["v2"]
+    ran = warm.run_packaged(call_of(package, gpus=(1, 3)), (1, 3), cache.checkout(store, package.digest))
+    assert ran.outputs["seen"]["devices"] == "1,3" and ran.outputs["seen"]["constant"] == "v2"
+    assert ran.logs.count("looked from v2") == 1
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+
+
+def test_a_package_call_past_its_timeout_is_killed_by_its_own_child(
+        warm: WarmStarts, versions: dict[str, CodePackage], cache: CodeCache, store: LocalArtifactStore,
+        installation: dict[str, str]) -> None:
+    package = versions["v1"]
+    started = time.monotonic()
+    with pytest.raises(NodeFailed, match="node 'overdue' timed out after 1 s") as failed:
+        warm.run_packaged(call_of(package, "overdue", "pkg-overdue"), (), cache.checkout(store, package.digest))
+    assert time.monotonic() - started < 15
+    assert "going to sleep" in (failed.value.logs or "")
+    assert failed.value.error_types and failed.value.error_types[0] == "TimeoutError"
+    assert gone(wait_for_mark(marks(installation), "pkg-overdue"))
+
+
+def test_a_package_that_fails_to_import_says_where_in_one_line(
+        warm: WarmStarts, workdir: Path, cache: CodeCache, store: LocalArtifactStore) -> None:
+    broken = shipped_package(workdir / "submitted" / "broken", "b", store, flow=BROKEN_FLOW)
+    folder = cache.checkout(store, broken.digest)
+    for start in (warm.run_packaged, run_package_in_child):
+        with pytest.raises(NodeFailed) as failed:
+            start(call_of(broken), (), folder)
+        error = str(failed.value)
+        assert "\n" not in error and error.startswith(f"code package {broken.digest[:19]}… failed to import")
+        assert f"{folder / 'flows.py'}:4: ZeroDivisionError: division by zero" in error
+    with pytest.raises(NodeFailed, match="failed to import"):  # its server stays, and says it again
+        warm.run_packaged(call_of(broken), (), folder)
+
+
+def test_what_a_package_lacks_or_files_that_do_not_digest_are_refused(
+        warm: WarmStarts, workdir: Path, versions: dict[str, CodePackage], cache: CodeCache,
+        store: LocalArtifactStore) -> None:
+    package = versions["v1"]
+    folder = cache.checkout(store, package.digest)
+    with pytest.raises(NodeFailed, match=r"defines no flow 'other' in flows.py \(it defines: shipped\)"):
+        warm.run_packaged(call_of(package, flow="other"), (), folder)
+    with pytest.raises(NodeFailed, match="flow 'shipped' of code package .* has no node 'absent'"):
+        warm.run_packaged(call_of(package, "absent"), (), folder)
+    altered = shipped_package(workdir / "submitted" / "altered", "original", store)
+    tampered = cache.checkout(store, altered.digest)
+    (tampered / "helpers.py").write_text("CONSTANT = 'tampered'\n")  # after the check of the bytes
+    with pytest.raises(NodeFailed, match="the package's files do not digest to"):
+        warm.run_packaged(call_of(altered), (), tampered)
+
+
+def test_the_fresh_interpreter_imports_the_package_alone(
+        versions: dict[str, CodePackage], cache: CodeCache, store: LocalArtifactStore) -> None:
+    package = versions["v2"]
+    folder = cache.checkout(store, package.digest)
+    seen = run_package_in_child(call_of(package, gpus=(2,)), (2,), folder).outputs["seen"]
+    assert seen["constant"] == "v2" and seen["devices"] == "2"
+    assert FORK_SERVER not in seen["parent"]
+    assert seen["flow_files"] == [str(folder / "flows.py")]  # FLUKSIO_FLOWS never loaded
+    with pytest.raises(NodeFailed, match="timed out after 1 s"):
+        run_package_in_child(call_of(package, "overdue", "fresh-overdue"), (), folder)
+
+
+def test_the_fresh_interpreter_takes_the_settings_it_is_handed(
+        installation: dict[str, str], workdir: Path, versions: dict[str, CodePackage], cache: CodeCache,
+        store: LocalArtifactStore) -> None:
+    """As the embedded default hands its own: settings given in code, not in the environment."""
+    package = versions["v1"]
+    elsewhere = LocalArtifactStore(workdir / "artifacts-elsewhere")
+    settings = Settings(database_url=installation["FLUKSIO_DATABASE_URL"], artifacts_dir=elsewhere.root)
+    ran = run_package_in_child(call_of(package, "blob", "here"), (), cache.checkout(store, package.digest),
+                               settings=settings)
+    [made] = ran.artifacts
+    assert elsewhere.get(made.digest) == b"made for here" and not store.exists(made.digest)
+
+
+def test_past_the_most_package_servers_the_least_recent_stops_and_comes_back_when_asked(
+        installation: dict[str, str], workdir: Path, cache: CodeCache, store: LocalArtifactStore) -> None:
+    starts = start_warm(installation)
+    try:
+        packages = [shipped_package(workdir / "submitted" / f"many{n}", f"many{n}", store)
+                    for n in range(MAX_PACKAGE_SERVERS + 1)]
+        for n, package in enumerate(packages):
+            folder = cache.checkout(store, package.digest)
+            assert starts.run_packaged(call_of(package), (), folder).outputs["seen"]["constant"] == f"many{n}"
+        deadline = time.monotonic() + 10
+        while len(children_of(starts.process.pid)) > MAX_PACKAGE_SERVERS and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(children_of(starts.process.pid)) == MAX_PACKAGE_SERVERS
+        first = packages[0]
+        again = starts.run_packaged(call_of(first), (), cache.checkout(store, first.digest))
+        assert again.outputs["seen"]["constant"] == "many0"
+    finally:
+        starts.close()
+
+
+def test_a_package_call_dies_with_its_worker(installation: dict[str, str], versions: dict[str, CodePackage],
+                                             cache: CodeCache, store: LocalArtifactStore) -> None:
+    starts = start_warm(installation)
+    package = versions["v1"]
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            starts.run_packaged(call_of(package, "hang", "pkg-orphan"), (0,), cache.checkout(store, package.digest))
+        except BaseException as exc:  # noqa: BLE001 - looked at below
+            failure.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    pid = wait_for_mark(marks(installation), "pkg-orphan")
+    servers = children_of(starts.process.pid)
+    starts.close()
+    assert gone(pid) and all(gone(server) for server in servers)
+    thread.join(15)
+    assert failure and "went away while node 'hang' ran" in str(failure[0])
+
+
+def test_a_package_call_dies_when_its_pool_process_lets_go(warm: WarmStarts, versions: dict[str, CodePackage],
+                                                          cache: CodeCache, store: LocalArtifactStore,
+                                                          installation: dict[str, str]) -> None:
+    """A cancel kills the pool process that asked: its end of the call's socket closes, as here."""
+    package = versions["v2"]
+    folder = cache.checkout(store, package.digest)
+    conn, output = warm._ask(call_of(package, "hang", "pkg-cancel"), (), package_header(folder, package.entry))
+    pid = wait_for_mark(marks(installation), "pkg-cancel")
+    conn.close()
+    os.close(output)
+    assert gone(pid)

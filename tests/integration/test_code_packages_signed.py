@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from fluksio import RunStatus
+from fluksio import RunStatus, Settings
 from fluksio.flows.registry import load_flows
+from fluksio.security.signatures import load_signer
 from fluksio.store.db import Database
 from fluksio.store.run_rows import get_run
 from tests.certs import self_signed, signing_env, store_of
@@ -37,3 +38,29 @@ def test_a_package_signed_by_a_trusted_submitter_runs(cluster: Cluster) -> None:
     assert record.result["seen"]["constant"] == "signed"
     row = get_run(Database(cluster.env["FLUKSIO_DATABASE_URL"]), record.id)
     assert row.code_signature is not None and record.code_digest in row.code_signature
+
+
+def test_an_unsigned_package_and_one_signed_by_an_unknown_certificate_are_refused(cluster: Cluster) -> None:
+    """The drive messages are signed by the installation (Celery's auth serializer), so the run is driven; the
+    code signature is what is missing or foreign, and the worker refuses the call in one line."""
+    stranger = self_signed(cluster.workdir / "ids-stranger", "stranger")
+    foreign = load_signer(Settings(**{name.removeprefix("FLUKSIO_").lower(): value for name, value in
+                                      signing_env(stranger, store_of(cluster.workdir / "store-stranger",
+                                                                     stranger)).items()}))
+    assert foreign is not None
+    refused = {}
+    for case, signer in (("unsigned", None), ("stranger", foreign)):
+        [flow] = load_flows(str(write_tree(cluster.workdir / f"submitter-{case}", SHIPPED_FLOW, case)))
+        with cluster.client() as client:
+            client._runtime.signer = signer  # how this submitter signs its packages (or does not)
+            record = client.submit(flow, {"tag": ""}).wait(timeout=90)
+        assert record.status is RunStatus.ERROR, record.status_reason
+        [node] = record.nodes
+        assert node.machine == "signed-w" and "\n" not in node.error
+        assert "looked from" not in (node.logs or "")  # refused before anything of the package ran
+        refused[case] = node.error
+    rule = ("machine signed-w runs shipped code only when signed by a certificate it trusts "
+            "(FLUKSIO_ACCEPT_CODE=signed), and flow 'shipped' of run ")
+    assert refused["unsigned"].startswith(rule) and ", unsigned; the submitter signs it when it has " \
+        "FLUKSIO_SIGNING_KEY, FLUKSIO_SIGNING_CERTIFICATE and FLUKSIO_SIGNING_CERT_STORE set" in refused["unsigned"]
+    assert refused["stranger"].startswith(rule) and "which is not among the trusted ones" in refused["stranger"]

@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, dict[str, list[str]]] = {
     "values": {"default": [], "full": []},
     "artifacts_store": {"default": [], "full": ["--size-mb", "2048"]},
     "code_packages": {"default": [], "full": []},
+    "shipped_calls": {"default": [], "full": []},
     "explorer_api": {"default": [], "full": []},
     "gpu_start": {"default": [], "full": []},
     "many_runs": {"default": [], "full": []},

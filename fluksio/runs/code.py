@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from fluksio.artifacts.artifact import Artifact
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.codecs import REGISTRY
-from fluksio.errors import FluksioError, RunRejected, first_line
+from fluksio.errors import ArtifactError, FluksioError, RunRejected, first_line
 from fluksio.flows.flow import Flow
 from fluksio.flows.manifest import class_name, manifest_bytes, rebuild
 from fluksio.flows.package import CodePackage, largest, pack, package_digest
@@ -79,17 +79,30 @@ def ship(flow: Flow, artifacts: ArtifactStore, *, max_mb: float, signer: Signer 
                     "run the loaded code, only where it is registered. Load it again to ship the new code",
                     flow.name, short(loaded), short(now))
         return RunCode(loaded)
-    package = None
-    if not artifacts.exists(now):
-        package = _checked_pack(flow, max_mb)
-        stored = artifacts.put(Artifact.from_bytes(package.data, name=f"{flow.name}-code.zip",
-                                                   media_type="application/zip"))
-        if stored.digest != now:  # the package's digest is the artifact's: a store digesting otherwise cannot hold it
-            raise RunRejected(f"the artifact store keeps flow {flow.name!r}'s code package as {stored.digest}, not "
-                              f"under its digest {now}; code packages need sha256 artifact digests")
-    entry = package.entry if package else _entry(flow, max_mb)
+    try:
+        entry = _stored(flow, now, artifacts, max_mb)
+        graph = describe_once(flow, artifacts)
+    except ArtifactError as exc:
+        # The run can still run wherever its flow is registered, as before code travelled: not a reason to
+        # refuse it. Said, since a worker that does not hold the code will refuse it.
+        log.warning("flow %r: its code package could not be stored (%s); this run runs only where the flow is "
+                    "registered", flow.name, first_line(str(exc)))
+        return RunCode(now)
     signature = signer.sign_code(now) if signer is not None else None
-    return RunCode(now, entry, signature, describe_once(flow, artifacts))
+    return RunCode(now, entry, signature, graph)
+
+
+def _stored(flow: Flow, digest: str, artifacts: ArtifactStore, max_mb: float) -> str:
+    """Store the flow's code package under ``digest`` unless the store holds it; what a worker imports from it."""
+    if artifacts.exists(digest):
+        return _entry(flow, max_mb)
+    package = _checked_pack(flow, max_mb)
+    stored = artifacts.put(Artifact.from_bytes(package.data, name=f"{flow.name}-code.zip",
+                                               media_type="application/zip"))
+    if stored.digest != digest:  # the package's digest is the artifact's: a store digesting otherwise cannot hold it
+        raise RunRejected(f"the artifact store keeps flow {flow.name!r}'s code package as {stored.digest}, not "
+                          f"under its digest {digest}; code packages need sha256 artifact digests")
+    return package.entry
 
 
 def _checked_pack(flow: Flow, max_mb: float) -> CodePackage:

@@ -58,6 +58,7 @@ def load(path: Path, name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules.pop("helpers", None)  # another test's module of that name is not this project's
     sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)

@@ -401,6 +401,7 @@ def walk_table(port: int) -> dict[str, Command]:
         "alerts log": Command(["alerts", "log"], frozenset({"store"})),
         "alerts test": Command(["alerts", "test", "no-such-rule"], frozenset({"store"})),
         "artifact get": Command(["artifact", "get", "sha256:" + "0" * 64, "-o", "x.bin"], frozenset()),
+        "code get": Command(["code", "get", NO_RUN, "-o", "ran"], both),
         # It reads the settings, not the installation: a wrong URL is reported, never a reason to fail.
         "security check": Command(["security", "check", "--offline"], frozenset()),
     }

@@ -303,3 +303,10 @@ def test_run_command_turns_a_missing_program_and_a_timeout_into_clear_errors() -
     with pytest.raises(ProvisionError, match=r"`sleep 5` did not finish within 0.2s"):
         run_command(["sleep", "5"], None, 0.2)
     assert run_command(["cat"], "hello", 5) == CommandResult(0, "hello", "")
+
+
+def test_a_provisioned_worker_runs_shipped_code_as_the_installation_says():
+    """Code that travels with the run: the job's worker gets the installation's trust setting and cache size."""
+    env = worker_environment(Settings(broker_url="redis://h:1/0", accept_code="signed", code_cache_mb=512), Path("/w"))
+    assert env["FLUKSIO_ACCEPT_CODE"] == "signed" and env["FLUKSIO_CODE_CACHE_MB"] == "512.0"
+    assert "FLUKSIO_ACCEPT_CODE" not in worker_environment(Settings(broker_url="redis://h:1/0"), Path("/w"))

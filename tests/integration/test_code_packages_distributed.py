@@ -34,10 +34,6 @@ def client(cluster: Cluster) -> Iterator[Client]:
         yield connected
 
 
-def whole_log(cluster: Cluster, name: str) -> str:
-    return (cluster.workdir / f"worker-{name}.log").read_text(errors="replace")
-
-
 def version(cluster: Cluster, name: str, text: str = SHIPPED_FLOW) -> Flow:
     """The flow ``shipped`` as a submitter who edited its helper to hold ``name`` loads it."""
     [flow] = load_flows(str(write_tree(cluster.workdir / "submitter" / name, text, name)))
@@ -56,7 +52,7 @@ def test_two_versions_of_a_flow_the_worker_never_loaded_run_side_by_side(client:
     assert records[0].code_digest == records[2].code_digest != records[1].code_digest
     assert "fluksio.execution.forkserver" in records[0].result["seen"]["parent"]
     assert seen[0]["look"].logs and "looked from first" in seen[0]["look"].logs
-    assert "shipped code packages on open-w start warm" in whole_log(cluster, "open-w")
+    assert "shipped code packages on open-w start warm" in cluster.whole_log("open-w")
 
 
 def test_a_shipped_node_past_its_timeout_fails_as_timed_out(client: Client, cluster: Cluster) -> None:
@@ -78,7 +74,7 @@ def test_a_worker_that_runs_only_registered_flows_refuses_shipped_code(client: C
     assert (node.error or "").startswith(
         "machine closed-w runs only the flows FLUKSIO_FLOWS loads (FLUKSIO_ACCEPT_CODE=registered), and flow "
         f"'shipped' of run {record.id} came with code package sha256:")
-    assert "shipped code packages" not in whole_log(cluster, "closed-w")  # it started no server for them
+    assert "shipped code packages" not in cluster.whole_log("closed-w")  # it started no server for them
 
 
 def test_the_flag_takes_only_the_three_settings_and_signed_needs_certificates(cluster: Cluster) -> None:

@@ -35,10 +35,6 @@ def client(cluster: Cluster) -> Iterator[Client]:
         yield connected
 
 
-def whole_log(cluster: Cluster, name: str) -> str:
-    return (cluster.workdir / f"worker-{name}.log").read_text(errors="replace")
-
-
 def parent_command(pid: int) -> str:
     ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     return Path(f"/proc/{ppid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -54,7 +50,7 @@ def test_concurrent_gpu_calls_each_see_exactly_their_ids_forked_warm(client: Cli
     assert sorted(g for n in record.nodes for g in n.gpus) == [0, 1, 2]
     spans = sorted(s["span"] for s in seen.values())
     assert spans[0][1] > spans[-1][0], "the three calls did not run at the same time"
-    assert "GPU calls on gpu-w start warm" in whole_log(cluster, "gpu-w")
+    assert "GPU calls on gpu-w start warm" in cluster.whole_log("gpu-w")
 
 
 def test_a_gpu_call_past_its_timeout_is_killed(client: Client, cluster: Cluster) -> None:
@@ -108,8 +104,8 @@ def test_flows_that_start_cuda_at_import_make_the_worker_start_fresh_interpreter
         assert seen["devices"] == "0" and FORK_SERVER not in seen["parent"]
         assert "fluksio.cli.main worker --name cuda-w" in seen["parent"]  # a pool process started it fresh
     deadline = time.monotonic() + 5
-    while "fresh interpreter" not in whole_log(cluster, "cuda-w") and time.monotonic() < deadline:
+    while "fresh interpreter" not in cluster.whole_log("cuda-w") and time.monotonic() < deadline:
         time.sleep(0.05)
-    log = whole_log(cluster, "cuda-w")
+    log = cluster.whole_log("cuda-w")
     assert log.count("GPU calls on cuda-w start in a fresh interpreter each") == 1, log
     assert "libcuda.so.1 is loaded once the flow modules are imported" in log

@@ -88,6 +88,10 @@ class Cluster:
         path = self.workdir / f"worker-{name}.log"
         return path.read_text()[-3000:] if path.exists() else "(no log)"
 
+    def whole_log(self, name: str) -> str:
+        """Everything worker ``name`` has logged so far (its log file, read as text)."""
+        return (self.workdir / f"worker-{name}.log").read_text(errors="replace")
+
     def kill(self, name: str) -> None:
         """kill -9 of the worker and every process it started."""
         process = self.workers.pop(name)

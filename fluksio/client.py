@@ -38,6 +38,7 @@ from fluksio.flows.flow import Flow
 from fluksio.flows.package import PackedFile, read_files, unpack
 from fluksio.runs import family
 from fluksio.runs.code import earlier, package_of
+from fluksio.runs.lease import noticed_driverless
 from fluksio.runs.metrics import latest_values_of_runs, series_of
 from fluksio.runs.references import output_of
 from fluksio.runs.series import MetricSeries
@@ -250,8 +251,10 @@ class Client:
         lists it (one row read, however many nodes it has)."""
         self._check_open()
         if not nodes:
-            return run_rows.to_record(run_rows.get_run(self._runtime.db, run_id), [])
-        return run_rows.load_record(self._runtime.db, run_id)
+            record = run_rows.to_record(run_rows.get_run(self._runtime.db, run_id), [])
+        else:
+            record = run_rows.load_record(self._runtime.db, run_id)
+        return noticed_driverless(record, self.settings.stale_after_s)
 
     def resumed_at(self, run_id: str) -> datetime | None:
         """When the run was last resumed (UTC), ``None`` if it never was: node rows that started later are of
@@ -277,7 +280,7 @@ class Client:
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise RunRejected(f"{name} must be a whole number ≥ {least}, got {value!r}")
         parent = self._run_filters(status, parent)
-        return [run_rows.to_record(r, [])
+        return [noticed_driverless(run_rows.to_record(r, []), self.settings.stale_after_s)
                 for r in run_rows.list_runs(self._runtime.db, flow, status, group, limit, schedule=schedule,
                                             parent=parent, offset=offset)]
 

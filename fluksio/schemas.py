@@ -191,6 +191,13 @@ class RunRecord(BaseModel):
     #: The schedule whose tick submitted the run, and that tick's time.
     schedule: str | None = None
     schedule_tick: datetime | None = None
+    #: When the run's driver last refreshed its lease (a running run's driver does so every few seconds).
+    lease_at: datetime | None = None
+    #: A running run that only waits for its child runs (its driver let go of it on purpose): no lease.
+    parked: bool = False
+    #: Seconds since a driver last refreshed this running run's lease, once that is over the stale limit
+    #: (``FLUKSIO_STALE_AFTER_S``): no driver is driving it. ``None`` otherwise. Set by the client as it reads.
+    driverless_s: float | None = None
     nodes: list[NodeRecord] = Field(default_factory=list)
 
 

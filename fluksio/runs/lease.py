@@ -10,11 +10,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection
+from datetime import datetime
 
 from sqlalchemy.exc import DBAPIError
 
+from fluksio.clock import utcnow
 from fluksio.errors import FluksioError
-from fluksio.schemas import RunStatus
+from fluksio.schemas import RunRecord, RunStatus
 from fluksio.store import family as store_family
 from fluksio.store import run_rows
 from fluksio.store.db import Database
@@ -69,6 +71,23 @@ def sweep_once(db: Database, stale_after_s: float, spare: Collection[str] = (), 
         if ended is not None:
             ended(run_id, RunStatus.ABANDONED)
     return taken
+
+
+def noticed_driverless(record: RunRecord, stale_after_s: float, now: datetime | None = None) -> RunRecord:
+    """``record``, said to have no driver when it is running and its lease is older than the stale limit.
+
+    Read by whoever looks (the client, the CLI, the explorer): a driver that died cannot say so, and when no
+    driver process is alive no sweeper marks the run either. Its reason then says how long, and what to do.
+    """
+    if record.status is not RunStatus.RUNNING or record.parked or record.lease_at is None:
+        return record
+    quiet_s = ((now or utcnow()) - record.lease_at).total_seconds()
+    if quiet_s <= stale_after_s:
+        return record
+    return record.model_copy(update={
+        "driverless_s": quiet_s,
+        "status_reason": f"no driver has refreshed this run for {quiet_s:.0f} s; start a worker with --drivers "
+                         "(it resumes the run, keeping what finished)"})
 
 
 class Sweeper:

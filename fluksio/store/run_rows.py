@@ -429,8 +429,8 @@ def to_record(run: Run, nodes: Sequence[Any]) -> RunRecord:
         finished_at=run.finished_at, duration_ms=run.duration_ms, resume_count=run.resume_count or 0,
         resumed_from=RunStatus(run.resumed_from) if run.resumed_from else None,
         priority=run.priority or 0, parent_id=run.parent_id, parent_node=run.parent_node,
-        schedule=run.schedule, schedule_tick=run.schedule_tick,
-        nodes=[node_record(n) for n in nodes],
+        schedule=run.schedule, schedule_tick=run.schedule_tick, lease_at=run.lease_at,
+        parked=run.park_state is not None, nodes=[node_record(n) for n in nodes],
     )
 
 

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import update
 
 from fluksio.clock import utcnow
-from fluksio.runs.lease import sweep_once
-from fluksio.schemas import RunStatus
+from fluksio.runs.lease import noticed_driverless, sweep_once
+from fluksio.schemas import RunRecord, RunStatus
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
 from fluksio.store.models import Run
@@ -93,3 +93,46 @@ def test_a_run_the_sweeper_abandons_is_told_to_its_alerts_and_a_resumed_one_is_n
                ended=lambda run_id, status: ended.append((run_id, status)))
     assert ended == [(abandoned, RunStatus.ABANDONED)]
     assert get_run(db, resumed).status == RunStatus.QUEUED.value
+
+
+def record_of(status: RunStatus, lease_age_s: float | None, parked: bool = False) -> RunRecord:
+    now = utcnow()
+    return RunRecord(id="r1", flow="train", status=status, status_reason="2 calls running", created_at=now,
+                     lease_at=None if lease_age_s is None else now - timedelta(seconds=lease_age_s), parked=parked)
+
+
+def test_a_running_run_whose_lease_is_past_the_stale_limit_is_said_to_have_no_driver():
+    seen = noticed_driverless(record_of(RunStatus.RUNNING, 75), stale_after_s=60)
+    assert 74 < seen.driverless_s < 80
+    assert seen.status_reason.startswith("no driver has refreshed this run for 7")
+    assert seen.status_reason.endswith(" s; start a worker with --drivers (it resumes the run, keeping what "
+                                       "finished)")
+    assert seen.status is RunStatus.RUNNING  # said, not decided: the sweeper of a driver that comes back decides
+
+
+@pytest.mark.parametrize(("status", "age", "parked"), [
+    (RunStatus.RUNNING, 30, False),    # within the limit: its driver refreshes it
+    (RunStatus.RUNNING, 300, True),    # parked: it waits for its child runs, with no driver on purpose
+    (RunStatus.RUNNING, None, False),  # never claimed with a lease
+    (RunStatus.OK, 300, False),        # ended: a lease means nothing any more
+    (RunStatus.QUEUED, 300, False),
+])
+def test_a_run_with_a_driver_or_without_need_of_one_is_left_as_it_is(status, age, parked):
+    record = record_of(status, age, parked)
+    assert noticed_driverless(record, stale_after_s=60) is record
+
+
+def test_the_client_says_a_run_has_no_driver_when_none_is_alive(tmp_path):
+    from fluksio import Settings, connect
+
+    # Its own sweeper judges leases only once it has reached the store for a whole stale limit (30 s here).
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'f.db'}", artifacts_dir=tmp_path / "artifacts",
+                        stale_after_s=30)
+    with connect(settings) as client:
+        run_id = running_run_with_a_dead_driver(client._runtime.db)
+        with client._runtime.db.write() as session:
+            session.execute(update(Run).where(Run.id == run_id).values(lease_at=utcnow() - timedelta(seconds=40)))
+        for record in (client.get(run_id), client.get(run_id, nodes=False), client.runs()[0]):
+            assert record.status is RunStatus.RUNNING and record.driverless_s is not None
+            assert record.driverless_s >= 40
+            assert record.status_reason.startswith("no driver has refreshed this run for 4")

@@ -7,12 +7,14 @@ Starts a redis-server on a free 127.0.0.1 port and one ``fluksio worker --driver
 --gpus none`` (``bench``) whose ``FLUKSIO_FLOWS`` is benchmarks/bench_flows.py and a GPU flow file the benchmark
 writes. The client submits the registered flows by name and the shipped ones as ``fluksio run flows.py:…``
 does: loaded from project folders the worker never saw (so each run carries a code package the worker fetches,
-unpacks into its code cache and runs in a child forked from that package's server, a child of its fork server).
+unpacks into its code cache and runs in one of the runners of that package's server, a child of its fork server:
+a process forked once that runs the package's CPU calls one after another; a GPU call is forked on its own).
 
 * first call of a new package: a one-node no-op flow from a fresh project folder (``flows.py`` importing a
   ``helpers.py`` whose constant differs: a new package each repeat) against bench_flows' one-node ``bench_one``;
   ``client.submit`` → the run's ``finished_at``. The shipped side pays the package's store (``put``), the
-  driver's reading of its graph, the worker's fetch and unpack, the package server's start and import, a fork.
+  driver's reading of its graph, the worker's fetch and unpack, the package server's start and import, the start
+  of a runner (a fork and its runtime).
   The projects are written before timing and loaded by the client just before their submit, outside the time.
   One warm-up of each first (the worker's very first package is in the note).
 * later calls of a package: a chain of ``--chain`` dependent no-op nodes and a fan-out of ``--fanout``
@@ -215,7 +217,7 @@ def first_call_figures(client, workdir: Path, repeat: int, deadline: float) -> l
                harness.median(ms["shipped"]), harness.median(ms["registered"]), "registered flow",
                samples=ms["shipped"], baseline_samples=ms["registered"],
                note=f"submit → node start {med['shipped']['start']} vs {med['registered']['start']} ms; node start "
-                    f"→ end on the worker (fetch, unpack, package server start and import, fork) "
+                    f"→ end on the worker (fetch, unpack, package server start and import, runner start) "
                     f"{med['shipped']['worker']} vs {med['registered']['worker']} ms; the worker's very first "
                     f"package {very_first:,.0f} ms (warm-up, not counted)"),
         Figure(section, "first call of a new package: more than a registered flow's", "ms", extra,
@@ -254,7 +256,7 @@ def later_call_figures(client, warm: Path, workdir: Path, length: int, width: in
     hop = {k: [s / length * 1000 for s in v] for k, v in samples.items() if "chain" in k}
     rate = {k: [width / s for s in v] for k, v in samples.items() if "fanout" in k}
     section = "shipped code (Redis)"
-    note = ("package server up; each shipped call forked from it, each registered one run in a pool process; "
+    note = ("package server up; each shipped call run in one of its runners, each registered one in a pool process; "
             "a call's node start → end on the worker {} vs {} ms; 2 worker slots")
     return [
         Figure(section, f"later calls: chain of {length} dependent no-op nodes", "ms per hop",

@@ -5,11 +5,11 @@ run it (:func:`admit`); running it happens in this process or in a child on its
 GPUs (:func:`run_admitted`, with :mod:`fluksio.execution.run_here` doing the
 function's part). A call whose code this worker did not register but that came
 with a code package runs, if ``FLUKSIO_ACCEPT_CODE`` lets it
-(fluksio/security/code_trust.py), in a child that imports that package
-(fluksio/execution/package_server.py), never in this process. Whatever the node does — raise, return the wrong shape,
-return something that is not JSON, run past its timeout — ends as an ``error``
-completion for that node. Nothing it does reaches the worker or the store as an
-exception.
+(fluksio/security/code_trust.py), in a process that imports that package
+(fluksio/execution/package_server.py, runners.py), never in this process.
+Whatever the node does — raise, return the wrong shape, return something
+that is not JSON, run past its timeout — ends as an ``error`` completion for
+that node. Nothing it does reaches the worker or the store as an exception.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def admit(runtime: Runtime, wire: Any) -> Admitted | None:
 def run_admitted(runtime: Runtime, admitted: Admitted, start_on_gpus: StartOnGpus = run_in_child,
                  start_packaged: StartPackaged = run_package_in_child) -> None:
     """Run an admitted call — on its GPUs in a child of its own, or in this process; a call of a shipped code
-    package in a child that imports it — and settle it."""
+    package in a process that imports it — and settle it."""
     call = admitted.call
     try:
         if admitted.flow is None:

@@ -9,6 +9,10 @@ fetch the same package at once both end up using one folder (the loser removes i
 
 The bytes are checked against the digest here, before a single file is written: the artifact store is
 reachable by others, and a package is code this worker is about to import.
+
+A process remembers the packages it checked out, and marks one it keeps using at most once every
+:data:`MARK_EVERY_S`: a later call of a package costs no file system call, and a package in use is never old
+enough to be evicted (:data:`IN_USE_S` is ten times longer).
 """
 
 from __future__ import annotations
@@ -40,6 +44,11 @@ FILES = "files"
 USED = "used"
 #: The only digests a package is named by (flows/package.py names each by the sha256 of its archive).
 ALGORITHM = "sha256"
+#: How often a process marks a package it keeps checking out as used, at most, in seconds.
+MARK_EVERY_S = 60.0
+
+#: In this process: package folder → when this process last found it there and marked it (monotonic seconds).
+_marked: dict[Path, float] = {}
 
 
 @dataclass(frozen=True)
@@ -72,7 +81,12 @@ class CodeCache:
         store cannot be read.
         """
         home = self.folder / _name(digest)
+        now = time.monotonic()
+        marked = _marked.get(home)
+        if marked is not None and now - marked < MARK_EVERY_S:
+            return home / FILES  # marked here a moment ago: too recently used to be evicted since
         if _touch(home):
+            _marked[home] = now
             return home / FILES
         data = _fetch(artifacts, digest)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -91,6 +105,7 @@ class CodeCache:
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
             raise
+        _marked[home] = time.monotonic()
         self.evict(keep=home)
         return home / FILES
 
@@ -137,6 +152,7 @@ class CodeCache:
     def _remove(self, package: _Held) -> bool:
         """Move the package aside, then delete it: a checkout never finds half of one. A package used after it
         was looked at (its mark moved on) is put back instead; ``True`` when it is gone."""
+        _marked.pop(package.folder, None)
         aside = Path(tempfile.mkdtemp(dir=self.folder, prefix=".evicted-")) / package.folder.name
         try:
             os.rename(package.folder, aside)

@@ -4,7 +4,10 @@ says the protocol) and of each package server it forks (fluksio/execution/packag
 A process that runs this loop imported fluksio and its flows (the installation's, or one code package's) and
 never started CUDA. It takes requests off its control socket, forks a child per call, kills a child whose
 pool process asks for it (or goes away), reaps children and says how each ended. It is one thread, which is
-what makes its ``fork()`` safe, and it never runs a call itself.
+what makes its ``fork()`` safe, and it never runs a call itself. A package server's loop also has
+*runners* (fluksio/execution/runners.py): processes it forked once that run its calls granted no GPUs one
+after another, which it hands such a call to instead of forking one; it watches their calls' sockets and
+reaps them as it does its children.
 """
 
 from __future__ import annotations
@@ -20,13 +23,16 @@ import struct
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fluksio.execution.isolated import die_with_parent, run_reported
 from fluksio.flows.registry import FlowRegistry
 from fluksio.messages import Completion, NodeCall
 from fluksio.runtime import Runtime
 from fluksio.settings import Settings
+
+if TYPE_CHECKING:
+    from fluksio.execution.runners import Runners
 
 #: A request's length prefix: the JSON's size in bytes, big-endian.
 LENGTH = struct.Struct("!Q")
@@ -71,7 +77,7 @@ class ForkServer:
     that name a code package (none: every request is this server's own, as in a package server, to which the
     fork server hands on only its package's requests). With ``drain``, the end of the control socket stops
     only the taking of requests: the loop goes on until its last child is reaped (a package server that is
-    stopped lets its calls finish).
+    stopped lets its calls finish). ``runners`` (a package server's): where its calls granted no GPUs run.
     """
 
     def __init__(self, control: socket.socket, settings: Settings, registry: FlowRegistry, *,
@@ -88,6 +94,8 @@ class ForkServer:
         self.calls: dict[int, socket.socket] = {}
         #: Whether requests are still taken off the control socket.
         self.taking = True
+        #: A package server's runners (set once it is made): its calls granted no GPUs run there.
+        self.runners: Runners | None = None
         # SIGCHLD wakes the selector through this pipe (Python runs the handler between bytecodes).
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -100,21 +108,29 @@ class ForkServer:
         signal.signal(signal.SIGCHLD, lambda *_: None)  # not SIG_IGN: children must stay reapable (waitpid)
         self.selector.register(self.control, selectors.EVENT_READ, "control")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "reap")
-        while self.taking or (self.drain and self.calls):
-            for key, _ in self.selector.select():
+        runners = self.runners
+        while self.taking or (self.drain and (self.calls or (runners is not None and runners.busy()))):
+            for key, _ in self.selector.select(None if runners is None else runners.wait_s()):
                 if key.data == "control":
                     if not self.accept():
                         self.taking = False
                         self.selector.unregister(self.control)
+                        if runners is not None:
+                            runners.stop()
                         if not self.drain:
                             return
                 elif key.data == "reap":
                     self.reap()
+                elif callable(key.data):
+                    key.data()  # a runner's word, or its call's socket (fluksio/execution/runners.py)
                 else:
                     self.kill(key.data)
+            if runners is not None:
+                runners.tick()
 
     def accept(self) -> bool:
-        """Take one request off the control socket and fork its child; ``False`` once the worker is gone."""
+        """Take one request off the control socket and fork its child (or hand it to a runner); ``False`` once the
+        worker is gone."""
         try:
             message, fds, _, _ = socket.recv_fds(self.control, HEADER_BYTES, REQUEST_FDS)
         except InterruptedError:
@@ -133,6 +149,8 @@ class ForkServer:
             conn.settimeout(REQUEST_TIMEOUT_S)
             body = read_exactly(conn, LENGTH.unpack(read_exactly(conn, LENGTH.size))[0])
             conn.settimeout(None)
+            if self.runners is not None and self.runners.wanted(message) and self.runners.take(conn, output, body):
+                return True
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
@@ -150,8 +168,13 @@ class ForkServer:
 
     def kill(self, pid: int) -> None:
         """The pool process asked for its call to end (a timeout), or is gone (a cancel killed it)."""
-        conn = self.calls[pid]
-        self.selector.unregister(conn)
+        conn = self.calls.get(pid)
+        if conn is None:
+            return  # reaped already, earlier in the same round of events
+        try:
+            self.selector.unregister(conn)
+        except KeyError:
+            return  # asked already
         try:
             os.kill(pid, signal.SIGKILL)  # not reaped yet, so the pid is still this child's
         except ProcessLookupError:
@@ -170,6 +193,8 @@ class ForkServer:
                 return
             if pid == 0:
                 return
+            if self.runners is not None and self.runners.reaped(pid, status):
+                continue
             conn = self.calls.pop(pid, None)
             if conn is None:
                 continue  # not a call's child: a package server (the fork server forks those too)
@@ -206,9 +231,9 @@ class ForkServer:
             os._exit(code)
 
     def shed(self) -> None:
-        """In a child: drop what the server holds and the child must not: other calls' sockets, the control
-        socket, the server's signal handling, and the exit handlers of the server's modules (a temporary folder
-        one of them made must outlive this child)."""
+        """In a child (or a runner): drop what the server holds and the child must not: other calls' sockets, the
+        runners' sockets, the control socket, the server's signal handling, and the exit handlers of the server's
+        modules (a temporary folder one of them made must outlive this child)."""
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -216,6 +241,8 @@ class ForkServer:
         self.selector.close()
         for other in self.calls.values():
             other.close()
+        if self.runners is not None:
+            self.runners.shed()
         self.control.close()
         os.close(self.wake_r)
         os.close(self.wake_w)

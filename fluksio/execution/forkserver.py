@@ -1,6 +1,6 @@
 """The fork server: a process that imported fluksio and the installation's flows, never started CUDA, and
-forks each GPU call of its worker, so that a call starts warm instead of in a fresh interpreter; and each
-call of a shipped code package, through that package's server.
+forks each GPU call of its worker, so that a call starts warm instead of in a fresh interpreter; and runs
+each call of a shipped code package, through that package's server.
 
 ``python -m fluksio.execution.forkserver FD`` is started by a node worker (fluksio/execution/warm.py) before
 its pool. ``FD`` is its end of a ``SOCK_SEQPACKET`` socket pair whose other end every pool process inherits.
@@ -12,8 +12,10 @@ socket private to this call, and the write end of a pipe the pool process reads 
 from. The message itself is ``call`` for a call of the flows the server loaded, or names a code package
 (``{"package": folder, "entry": …}``): such a request goes on, as it came, to that package's server, a child
 of this one that imported the package instead of the installation's flows and serves its calls just as this
-server serves the others (fluksio/execution/package_server.py). On the private socket the pool process
-sends the call (an 8-byte length, then JSON); the server forks a child for it and from then on:
+server serves the others (fluksio/execution/package_server.py), except that a call granted no GPUs (the
+message says ``"runner": true``) runs in one of its runners, which speak to the pool process as a child does
+(fluksio/execution/runners.py). On the private socket the pool process sends the call (an 8-byte length,
+then JSON); the server forks a child for it and from then on:
 
 * the child sets ``CUDA_VISIBLE_DEVICES`` to its GPU ids before anything can touch CUDA, answers
   ``{"started": pid}``, runs the call and answers ``{"completion": …}`` (the completion a fresh
@@ -54,7 +56,8 @@ from fluksio.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
 #: The loggers of the server's own lines (not its calls'): each with a handler of its own, none propagating.
-SERVER_LOGGERS = ("fluksio.execution.forkserver", "fluksio.execution.forking", "fluksio.execution.package_server")
+SERVER_LOGGERS = ("fluksio.execution.forkserver", "fluksio.execution.forking", "fluksio.execution.package_server",
+                  "fluksio.execution.runners")
 
 
 def warm_up(settings: Settings, registry: FlowRegistry) -> None:

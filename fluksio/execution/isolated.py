@@ -13,7 +13,10 @@ falls back to, and what :func:`run_reported` runs in either.
 A call of a shipped code package runs in a child too, whether granted GPUs or
 not (fluksio/execution/shipped.py): told the package's folder, the child
 imports that package alone, never ``FLUKSIO_FLOWS``, and keeps the node's
-timeout itself (only a process that imported the package knows it).
+timeout itself (only a process that imported the package knows it). With a
+fork server, such a call granted no GPUs runs in one of its package server's
+runners instead (fluksio/execution/runners.py), through :func:`run_reported`
+too.
 """
 
 from __future__ import annotations
@@ -106,7 +109,8 @@ def _text(value: str | bytes | None) -> str:
 
 
 def run_reported(runtime: Runtime, call: NodeCall, package: LoadedPackage | None = None) -> Completion:
-    """Run ``call`` in this process, a child that exists for it alone; how it ended, as the child reports it.
+    """Run ``call`` in this process, a child that exists for it alone (or a package's runner, which runs one call
+    after another: fluksio/execution/runners.py); how it ended, as the child reports it.
 
     A call claimed with other code than this process loaded is refused: the child imported the flow's files
     (or its fork server did) after its worker did, and they changed in between. ``package``: the call's

@@ -1,20 +1,23 @@
-"""Package servers: children of the fork server, one per shipped code package, each forking that package's calls.
+"""Package servers: children of the fork server, one per shipped code package, each running that package's calls.
 
 A package's modules cannot live in the fork server (it holds ``FLUKSIO_FLOWS``, and two versions of one
 module cannot share a process), so the first call of a package makes the fork server fork a *package
 server* for it: a process that has fluksio imported already (and never started CUDA), forgets the
 installation's flow modules, puts the package folder first on ``sys.path``, imports the package's entry
-and then serves that package's calls exactly as the fork server serves registered ones
-(fluksio/execution/forking.py): a child per call with ``CUDA_VISIBLE_DEVICES`` from its grant, killed when
-its pool process asks or goes away, its report and exit code said on the call's socket. It keeps each node's
-``timeout_s`` in the child itself, since no process above it imported the node.
+and then serves that package's calls as the fork server serves registered ones (fluksio/execution/forking.py).
+A call granted GPUs gets a child of its own with ``CUDA_VISIBLE_DEVICES`` from its grant; a call granted
+none goes to one of the server's *runners* (fluksio/execution/runners.py): a process forked from it once that
+runs the package's CPU calls one after another, as a pool process runs registered ones, so that later calls
+of a package cost no fork and no new runtime (forked per call again when all runners are busy). Either way the
+call's process is killed when its pool process asks or goes away, and its report and exit code are said on
+the call's socket. It keeps each node's ``timeout_s`` itself, since no process above it imported the node.
 
 The fork server hands each package request (the header naming the package, and the call's two
 descriptors) to the package's server as it came, starting the server if there is none; requests wait in the
 server's socket while it imports. A package that fails to import leaves a server that answers each of its
 calls with why, in one line. At most :data:`MAX_PACKAGE_SERVERS` are kept: past that, the one asked least
-recently is told to stop, and stops once its running calls have ended. A package server dies with the fork
-server (``PR_SET_PDEATHSIG``), hence with the worker, and its calls with it.
+recently is told to stop, and stops once its running calls have ended (its runners with it). A package server
+dies with the fork server (``PR_SET_PDEATHSIG``), hence with the worker, and its calls and runners with it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from pathlib import Path
 from fluksio.execution.cuda import cuda_in_use
 from fluksio.execution.forking import ForkServer
 from fluksio.execution.isolated import die_with_parent, run_reported
+from fluksio.execution.runners import Runners
 from fluksio.execution.shipped import LoadedPackage, forget_modules, load_package
 from fluksio.settings import Settings
 
@@ -56,9 +60,13 @@ class _Server:
     used: float
 
 
-def package_header(folder: Path, entry: str) -> bytes:
-    """What a pool process sends on the fork server's control socket for a call of the package in ``folder``."""
-    return json.dumps({"package": str(folder), "entry": entry}).encode()
+def package_header(folder: Path, entry: str, runner: bool = False) -> bytes:
+    """What a pool process sends on the fork server's control socket for a call of the package in ``folder``;
+    ``runner``: the call is granted no GPUs, and may run in one of the package server's runners."""
+    asked: dict[str, object] = {"package": str(folder), "entry": entry}
+    if runner:
+        asked["runner"] = True
+    return json.dumps(asked).encode()
 
 
 class PackageServers:
@@ -177,4 +185,7 @@ def serve_package(control: socket.socket, settings: Settings, folder: Path, entr
     # As in the fork server: what exists now is never collected, so a child's collector copies none of it.
     gc.collect()
     gc.freeze()
-    ForkServer(control, settings, package.registry, run=partial(run_reported, package=package), drain=True).serve()
+    server = ForkServer(control, settings, package.registry, run=partial(run_reported, package=package), drain=True)
+    # As many runners as the worker's pool runs calls at once (its cpus): more would never all be busy.
+    server.runners = Runners(server, settings.cpus or os.cpu_count() or 1)
+    server.serve()

@@ -32,6 +32,9 @@ from fluksio.runtime import Runtime
 OUT_OF_MEMORY = "out of memory: "
 #: The error types of a call that ran past its ``timeout_s`` (``retry_on=(TimeoutError,)`` retries it).
 TIMED_OUT = error_types(TimeoutError())
+#: The name of the thread a call with a timeout runs on starts with this (a package's runner that finds one
+#: still alive after the call gave up on it, and exits: fluksio/execution/runners.py).
+NODE_THREAD = "fluksio-node-"
 
 
 def run_node_here(runtime: Runtime, node: NodeSpec, call: NodeCall, use_timeout: bool = True,
@@ -119,7 +122,7 @@ def _call(node: NodeSpec, call: NodeCall, kwargs: dict[str, Any], limit: int, se
         return outcome
     # A thread cannot be killed; the call is reported as timed out and its grant is returned while the
     # abandoned thread finishes on its own.
-    runner = threading.Thread(target=target, name=f"fluksio-node-{node.name}", daemon=True)
+    runner = threading.Thread(target=target, name=f"{NODE_THREAD}{node.name}", daemon=True)
     runner.start()
     runner.join(node.timeout_s)
     if runner.is_alive():

@@ -14,6 +14,13 @@ cancel SIGKILLs it: its socket closes, and the server kills the child); a timeou
 outputs come back; a call claimed with other code than the server loaded is refused. A server that could
 not be used — a flow module started CUDA at import, it failed to load, it is gone — means fresh interpreters,
 said once in the worker's log.
+
+Calls of shipped code packages (:meth:`WarmStarts.run_packaged`) take the same way to their package's server
+(fluksio/execution/package_server.py). One granted GPUs is forked there as above; one granted none runs in
+one of that server's *runners* (fluksio/execution/runners.py), a process that runs the package's CPU calls one
+after another, with no fork and no new runtime per call, over the same socket and pipe and with the same
+guarantees: a cancel or a kill asked for kills it, the node's timeout is kept, the logs and outputs come
+back, it dies with the worker.
 """
 
 from __future__ import annotations
@@ -128,12 +135,13 @@ class WarmStarts:
         return heard.outcome(call, timeout_s)
 
     def run_packaged(self, call: NodeCall, gpus: tuple[int, ...], package: Path) -> Ran:
-        """Run a call of the shipped code package in ``package`` in a child of that package's server (a child of
-        the fork server: fluksio/execution/package_server.py) that sees ``gpus``; the child keeps its timeout."""
+        """Run a call of the shipped code package in ``package`` in a process of that package's server (a child of
+        the fork server: fluksio/execution/package_server.py): one forked for it that sees ``gpus``, or, granted
+        none, one of the server's runners (fluksio/execution/runners.py); that process keeps the timeout."""
         if not self.ready:
             return run_in_child(call, gpus, None, package=package)
         try:
-            conn, output = self._ask(call, gpus, package_header(package, call.code_entry or ""))
+            conn, output = self._ask(call, gpus, package_header(package, call.code_entry or "", runner=not gpus))
         except OSError as exc:
             return self._fresh_instead(call, gpus, None, f"it could not be reached ({exc})", package)
         try:
@@ -235,7 +243,7 @@ class Heard:
                              error_types=error_types(TimeoutError()))
         if self.exit is None:
             raise NodeFailed(f"the fork server of machine {call.grant.machine} went away while node {call.node!r} "
-                             "ran on its GPUs", logs=self.text())
+                             f"ran{' on its GPUs' if call.grant.gpus else ''}", logs=self.text())
         if self.exit == -signal.SIGKILL:
             # As for a fresh interpreter (isolated.run_in_child): the server kills a child only when asked to, and
             # then the call has timed out or its pool process is gone; otherwise the OOM killer did, or kill -9.

@@ -1,7 +1,8 @@
 """Calls of shipped code packages, with real processes and without Celery: this test process plays the pool
 process that asks (fluksio/execution/warm.py), a real ``python -m fluksio.execution.forkserver`` forks a
-package server per package (fluksio/execution/package_server.py), and that forks each call. Several versions
-of one flow run side by side, none of them restarting anything, none seeing the worker's own flows."""
+package server per package (fluksio/execution/package_server.py), and that forks each GPU call and hands each
+CPU call to one of its runners (fluksio/execution/runners.py). Several versions of one flow run side by side,
+none of them restarting anything, none seeing the worker's own flows."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from fluksio.store.db import Database
 from tests.integration.support.package_flows import (
     BLOB,
     BROKEN_FLOW,
+    CRASH,
     HANG,
     OVERDUE,
     RESIDENT_FLOW,
@@ -39,8 +41,9 @@ from tests.integration.support.processes import gone, wait_for_mark
 pytestmark = pytest.mark.integration
 
 FORK_SERVER = "fluksio.execution.forkserver"
-#: The shipped flow with nodes that overrun their timeout, that never end, and that store an artifact.
-EVERY_NODE = SHIPPED_FLOW + OVERDUE + HANG + BLOB
+#: The shipped flow with nodes that overrun their timeout, that never end, that store an artifact, and that
+#: end their process.
+EVERY_NODE = SHIPPED_FLOW + OVERDUE + HANG + BLOB + CRASH
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +122,10 @@ def children_of(pid: int) -> list[int]:
     return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def test_two_versions_of_one_flow_run_side_by_side_each_with_its_own_helpers(
         warm: WarmStarts, versions: dict[str, CodePackage], cache: CodeCache, store: LocalArtifactStore) -> None:
     seen: dict[str, dict] = {}
@@ -164,7 +171,10 @@ def test_a_package_call_past_its_timeout_is_killed_by_its_own_child(
     assert time.monotonic() - started < 15
     assert "going to sleep" in (failed.value.logs or "")
     assert failed.value.error_types and failed.value.error_types[0] == "TimeoutError"
-    assert gone(wait_for_mark(marks(installation), "pkg-overdue"))
+    overdue = wait_for_mark(marks(installation), "pkg-overdue")
+    assert gone(overdue)  # its runner gave up on the call's thread, reported, and exited
+    seen = warm.run_packaged(call_of(package), (), cache.checkout(store, package.digest)).outputs["seen"]
+    assert seen["constant"] == "v1" and seen["pid"] != overdue  # the next call: another runner, working
 
 
 def test_a_package_that_fails_to_import_says_where_in_one_line(
@@ -228,13 +238,17 @@ def test_past_the_most_package_servers_the_least_recent_stops_and_comes_back_whe
     try:
         packages = [shipped_package(workdir / "submitted" / f"many{n}", f"many{n}", store)
                     for n in range(MAX_PACKAGE_SERVERS + 1)]
+        runners = []
         for n, package in enumerate(packages):
             folder = cache.checkout(store, package.digest)
-            assert starts.run_packaged(call_of(package), (), folder).outputs["seen"]["constant"] == f"many{n}"
+            seen = starts.run_packaged(call_of(package), (), folder).outputs["seen"]
+            assert seen["constant"] == f"many{n}"
+            runners.append(seen["pid"])
         deadline = time.monotonic() + 10
         while len(children_of(starts.process.pid)) > MAX_PACKAGE_SERVERS and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(children_of(starts.process.pid)) == MAX_PACKAGE_SERVERS
+        assert gone(runners[0]) and not gone(runners[1], timeout=0)  # the stopped server's runner went with it
         first = packages[0]
         again = starts.run_packaged(call_of(first), (), cache.checkout(store, first.digest))
         assert again.outputs["seen"]["constant"] == "many0"
@@ -248,20 +262,23 @@ def test_a_package_call_dies_with_its_worker(installation: dict[str, str], versi
     package = versions["v1"]
     failure: list[BaseException] = []
 
-    def run() -> None:
+    def run(tag: str, gpus: tuple[int, ...]) -> None:
         try:
-            starts.run_packaged(call_of(package, "hang", "pkg-orphan"), (0,), cache.checkout(store, package.digest))
+            starts.run_packaged(call_of(package, "hang", tag), gpus, cache.checkout(store, package.digest))
         except BaseException as exc:  # noqa: BLE001 - looked at below
             failure.append(exc)
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    pid = wait_for_mark(marks(installation), "pkg-orphan")
+    # One granted a GPU (a child forked for it) and one granted none (in a runner).
+    threads = [threading.Thread(target=run, args=args) for args in (("pkg-orphan", (0,)), ("runner-orphan", ()))]
+    for thread in threads:
+        thread.start()
+    pids = [wait_for_mark(marks(installation), tag) for tag in ("pkg-orphan", "runner-orphan")]
     servers = children_of(starts.process.pid)
     starts.close()
-    assert gone(pid) and all(gone(server) for server in servers)
-    thread.join(15)
-    assert failure and "went away while node 'hang' ran" in str(failure[0])
+    assert all(gone(pid) for pid in pids) and all(gone(server) for server in servers)
+    for thread in threads:
+        thread.join(15)
+    assert len(failure) == 2 and all("went away while node 'hang' ran" in str(f) for f in failure)
 
 
 def test_a_package_call_dies_when_its_pool_process_lets_go(warm: WarmStarts, versions: dict[str, CodePackage],
@@ -275,3 +292,65 @@ def test_a_package_call_dies_when_its_pool_process_lets_go(warm: WarmStarts, ver
     conn.close()
     os.close(output)
     assert gone(pid)
+
+
+def test_cpu_calls_of_a_package_run_one_after_another_in_one_runner_that_holds_the_package_alone(
+        warm: WarmStarts, versions: dict[str, CodePackage], cache: CodeCache, store: LocalArtifactStore) -> None:
+    package = versions["v1"]
+    folder = cache.checkout(store, package.digest)
+    first, second = (warm.run_packaged(call_of(package, tag=f"again{n}"), (), folder) for n in range(2))
+    seen = [first.outputs["seen"], second.outputs["seen"]]
+    assert seen[0]["pid"] == seen[1]["pid"]  # no fork for the second: the same runner
+    runner = seen[0]["pid"]
+    server = parent_of(runner)
+    assert server in children_of(warm.process.pid) and runner not in children_of(warm.process.pid)
+    for s in seen:  # its modules are still the package's alone
+        assert s["constant"] == "v1" and Path(s["helpers"]).parent == folder
+        assert s["flow_files"] == [str(folder / "flows.py")] and s["devices"] == ""
+    assert second.logs.count("looked from v1") == 1  # each call's own logs, not the last one's too
+    # A call granted GPUs still gets a process of its own, forked for it.
+    gpu = [warm.run_packaged(call_of(package, gpus=(0,)), (0,), folder).outputs["seen"] for _ in range(2)]
+    assert gpu[0]["pid"] != gpu[1]["pid"] and runner not in (gpu[0]["pid"], gpu[1]["pid"])
+    assert all(s["devices"] == "0" and s["constant"] == "v1" for s in gpu)
+
+
+def test_calls_of_two_packages_never_share_a_runner(
+        warm: WarmStarts, versions: dict[str, CodePackage], cache: CodeCache, store: LocalArtifactStore) -> None:
+    pids: dict[str, set[int]] = {"v1": set(), "v2": set()}
+    for version in ("v1", "v2") * 3:
+        package = versions[version]
+        seen = warm.run_packaged(call_of(package), (), cache.checkout(store, package.digest)).outputs["seen"]
+        assert seen["constant"] == version
+        pids[version].add(seen["pid"])
+    assert not pids["v1"] & pids["v2"]
+    assert {parent_of(pid) for pid in pids["v1"]}.isdisjoint({parent_of(pid) for pid in pids["v2"]})
+
+
+def test_a_cancelled_cpu_call_takes_its_runner_and_the_next_call_gets_another(
+        warm: WarmStarts, versions: dict[str, CodePackage], cache: CodeCache, store: LocalArtifactStore,
+        installation: dict[str, str]) -> None:
+    package = versions["v2"]
+    folder = cache.checkout(store, package.digest)
+    before = warm.run_packaged(call_of(package), (), folder).outputs["seen"]["pid"]
+    conn, output = warm._ask(call_of(package, "hang", "runner-cancel"), (),
+                             package_header(folder, package.entry, runner=True))
+    runner = wait_for_mark(marks(installation), "runner-cancel")
+    assert runner == before  # the idle runner took it
+    conn.close()  # as a cancel does: the pool process is killed
+    os.close(output)
+    assert gone(runner)
+    after = warm.run_packaged(call_of(package, tag="after"), (), folder)
+    assert after.outputs["seen"]["pid"] != runner and after.outputs["seen"]["constant"] == "v2"
+
+
+def test_a_cpu_call_that_ends_its_runner_fails_with_what_it_wrote_and_the_next_call_gets_another(
+        warm: WarmStarts, versions: dict[str, CodePackage], cache: CodeCache, store: LocalArtifactStore) -> None:
+    package = versions["v1"]
+    folder = cache.checkout(store, package.digest)
+    before = warm.run_packaged(call_of(package), (), folder).outputs["seen"]["pid"]
+    with pytest.raises(NodeFailed, match="node 'crash' exited with code 3 before reporting") as failed:
+        warm.run_packaged(call_of(package, "crash"), (), folder)
+    assert "dying from v1" in (failed.value.logs or "")  # written past Python, into the call's own output
+    assert gone(before)
+    after = warm.run_packaged(call_of(package), (), folder).outputs["seen"]
+    assert after["pid"] != before and after["constant"] == "v1"

@@ -74,6 +74,15 @@ def blob(tag):
     return Artifact.from_bytes(f"made for {tag}".encode())
 '''
 
+#: A node of :data:`SHIPPED_FLOW` that writes to its process's stderr past Python, then ends that process.
+CRASH = '''
+
+@shipped.node(provides="crashed", requires=["tag"])
+def crash(tag):
+    os.write(2, f"dying from {helpers.CONSTANT}\\n".encode())
+    os._exit(3)
+'''
+
 #: A flow file that fails as it is imported, on line 4.
 BROKEN_FLOW = '''from fluksio import Flow
 

@@ -14,7 +14,8 @@ from fluksio import Settings
 from fluksio.artifacts.artifact import Artifact
 from fluksio.artifacts.digests import relative_path
 from fluksio.artifacts.local import LocalArtifactStore
-from fluksio.execution.code_cache import IN_USE_S, USED, CodeCache
+from fluksio.execution import code_cache
+from fluksio.execution.code_cache import IN_USE_S, MARK_EVERY_S, USED, CodeCache
 from fluksio.flows.package import PackageError, pack
 
 
@@ -108,6 +109,22 @@ def test_beyond_its_size_the_least_recently_used_packages_go_but_never_one_in_us
     age(c, IN_USE_S + 10)
     assert cache.evict() == [c.parent]
     assert cache.checkout(store, packages[0][0]) == a and (a / "flows.py").is_file()  # fetched again
+
+
+def test_a_package_checked_out_again_and_again_is_marked_used_at_most_once_a_minute(
+        tmp_path: Path, store: CountingStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    digest, data = packed(tmp_path, "often", 1)
+    stored(store, data)
+    cache = CodeCache(tmp_path / "code", 10_000_000)
+    folder = cache.checkout(store, digest)
+    age(folder, 30)
+    marked = (folder.parent / USED).stat().st_mtime
+    assert cache.checkout(store, digest) == folder  # a moment later: not marked again, nothing on disk touched
+    assert (folder.parent / USED).stat().st_mtime == marked
+    monkeypatch.setitem(code_cache._marked, folder.parent, time.monotonic() - MARK_EVERY_S - 1)  # a minute on
+    assert cache.checkout(store, digest) == folder
+    assert (folder.parent / USED).stat().st_mtime > marked + 20
+    assert store.reads[digest] == 1
 
 
 def test_a_package_larger_than_the_whole_cache_is_still_there_for_its_call(tmp_path: Path,

@@ -4,7 +4,7 @@
 
 The project is a flow file that imports ``--modules`` modules of ``--module-kb`` KB each (functions with
 docstrings, as real modules are), 1 MB in all by default, in a fresh temporary folder; the files are left
-to settle (flows/package.py trusts a file's stat state only once it is ``SETTLE_NS`` old) before timing.
+to settle (flows/imports.py trusts a file's stat state only once it is ``SETTLE_NS`` old) before timing.
 
 * pack: ``pack()`` with the memos emptied first, as the first ``Flow(...)`` of a process pays it: every
   module read and parsed for its imports, the archive made and digested;
@@ -64,19 +64,19 @@ def milliseconds(step: Callable[[], object], times: int = 1) -> float:
 def measure(modules: int, module_kb: int, repeat: int, budget_s: float) -> list[Figure]:
     from fluksio.artifacts import Artifact
     from fluksio.artifacts.local import LocalArtifactStore
-    from fluksio.flows import package
+    from fluksio.flows import imports, package
 
     deadline = time.monotonic() + budget_s
     packs, digests, first_stores, again_stores = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="fluksio-bench-") as workdir:
         flow = str(make_project(Path(workdir), modules, module_kb))
-        time.sleep(package.SETTLE_NS / 1e9 + 0.05)
+        time.sleep(imports.SETTLE_NS / 1e9 + 0.05)
         size_kb = len(package.pack(flow).data) / 1000
         harness.progress(f"{modules} modules, {size_kb:,.0f} KB packed; {repeat} repeat(s)")
 
         def cold_pack() -> float:
             # What a fresh process starts with: nothing remembered of the files.
-            package._imports_memo.clear()
+            imports._imports_memo.clear()
             package._digest_memo.clear()
             return milliseconds(lambda: package.pack(flow))
 

@@ -70,6 +70,35 @@ def read_exactly(sock: socket.socket, size: int) -> bytes:
     return bytes(chunks)
 
 
+def forked(parent: int, become: Callable[[], int]) -> int:
+    """Fork a process that dies with this one (``parent``: this process's pid) and becomes ``become()``; its pid.
+
+    In the child this never returns: ``become``'s result is its exit code, and whatever it raises is printed
+    (its stderr is where its caller reads why) and ends it with 1. Buffered output is flushed first, so that
+    nothing written before the fork is written twice.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid != 0:
+        return pid
+    code = 1
+    try:
+        die_with_parent()
+        if os.getppid() != parent:  # the parent died between the fork and the line above
+            os._exit(1)
+        code = become()
+    except BaseException:  # noqa: BLE001 - the child must end here, whatever happened, and say why
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
 class ForkServer:
     """The serving loop: requests from the control socket, kills asked for on a call's socket, children reaped.
 
@@ -151,16 +180,12 @@ class ForkServer:
             conn.settimeout(None)
             if self.runners is not None and self.runners.wanted(message) and self.runners.take(conn, output, body):
                 return True
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
+            pid = forked(self.pid, lambda: self.child(conn, output, body))
         except OSError as exc:  # the pool process went away mid-request, or no fork is possible now
             log.warning("a call could not be started: %s", exc)
             conn.close()
             os.close(output)
             return True
-        if pid == 0:
-            self.child(conn, output, body)  # never returns
         os.close(output)
         self.calls[pid] = conn
         self.selector.register(conn, selectors.EVENT_READ, pid)
@@ -208,27 +233,13 @@ class ForkServer:
                 pass  # the pool process is gone
             conn.close()
 
-    def child(self, conn: socket.socket, output: int, body: bytes) -> None:
-        """In the forked child: become a process of this call alone, run it, report, exit."""
-        code = 1
-        try:
-            die_with_parent()
-            if os.getppid() != self.pid:  # the server died between the fork and the line above
-                os._exit(1)
-            self.shed()
-            os.dup2(output, 1)
-            os.dup2(output, 2)
-            os.close(output)
-            code = run_call(conn, body, self.settings, self.registry, self.run)
-        except BaseException:  # noqa: BLE001 - the child must end here, whatever happened, and say why
-            traceback.print_exc()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            os._exit(code)
+    def child(self, conn: socket.socket, output: int, body: bytes) -> int:
+        """In the forked child: become a process of this call alone, run it and report; its exit code."""
+        self.shed()
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.close(output)
+        return run_call(conn, body, self.settings, self.registry, self.run)
 
     def shed(self) -> None:
         """In a child (or a runner): drop what the server holds and the child must not: other calls' sockets, the

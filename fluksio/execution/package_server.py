@@ -28,17 +28,15 @@ import logging
 import os
 import signal
 import socket
-import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from fluksio.execution.cuda import cuda_in_use
-from fluksio.execution.forking import ForkServer
-from fluksio.execution.isolated import die_with_parent, run_reported
+from fluksio.execution.forking import ForkServer, forked
+from fluksio.execution.isolated import run_reported
 from fluksio.execution.runners import Runners
 from fluksio.execution.shipped import LoadedPackage, forget_modules, load_package
 from fluksio.settings import Settings
@@ -116,37 +114,27 @@ class PackageServers:
         """Fork the server of the package in ``folder``; ``request``: the descriptors of the request being routed
         (the new server gets its own copies of them through its socket, like any other)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        parent = os.getpid()
+
+        def become() -> int:
+            self.shed()
+            # Like the fork server, it outlives a Ctrl-C or SIGTERM to the process group: the worker's warm
+            # shutdown waits for its calls, and its end (the fork server's) is its signal to stop.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            for server in self.servers.values():
+                server.control.close()
+            for fd in request:
+                os.close(fd)
+            ours.close()
+            serve_package(theirs, self.settings, Path(folder), entry, self.flow_modules)
+            return 0
+
         try:
-            pid = os.fork()
+            pid = forked(os.getpid(), become)
         except OSError:
             ours.close()
             theirs.close()
             raise
-        if pid == 0:
-            code = 1
-            try:
-                die_with_parent()
-                if os.getppid() != parent:  # the fork server died between the fork and the line above
-                    os._exit(1)
-                self.shed()
-                # Like the fork server, it outlives a Ctrl-C or SIGTERM to the process group: the worker's warm
-                # shutdown waits for its calls, and its end (the fork server's) is its signal to stop.
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
-                for server in self.servers.values():
-                    server.control.close()
-                for fd in request:
-                    os.close(fd)
-                ours.close()
-                serve_package(theirs, self.settings, Path(folder), entry, self.flow_modules)
-                code = 0
-            except BaseException:  # noqa: BLE001 - the server must end here, whatever happened, and say why
-                traceback.print_exc()
-            finally:
-                os._exit(code)
         theirs.close()
         server = _Server(pid, ours, time.monotonic())
         self.servers[(folder, entry)] = server

@@ -52,10 +52,10 @@ from fluksio.execution.forking import (
     REQUEST_TIMEOUT_S,
     ForkServer,
     Runner,
+    forked,
     read_exactly,
     send_line,
 )
-from fluksio.execution.isolated import die_with_parent
 from fluksio.execution.run_here import NODE_THREAD
 from fluksio.flows.registry import FlowRegistry
 from fluksio.messages import NodeCall
@@ -136,32 +136,18 @@ class Runners:
     def _start(self) -> _Runner:
         """Fork a runner from the package server."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        sys.stdout.flush()
-        sys.stderr.flush()
+
+        def become() -> int:
+            self.server.shed()  # other runners' sockets and calls too (shed below)
+            ours.close()
+            return serve_calls(theirs, self.server.settings, self.server.registry, self.server.run)
+
         try:
-            pid = os.fork()
+            pid = forked(self.server.pid, become)
         except OSError:
             ours.close()
             theirs.close()
             raise
-        if pid == 0:
-            code = 1
-            try:
-                die_with_parent()
-                if os.getppid() != self.server.pid:  # the server died between the fork and the line above
-                    os._exit(1)
-                self.server.shed()  # other runners' sockets and calls too (shed below)
-                ours.close()
-                code = serve_calls(theirs, self.server.settings, self.server.registry, self.server.run)
-            except BaseException:  # noqa: BLE001 - the runner must end here, whatever happened, and say why
-                traceback.print_exc()
-            finally:
-                for stream in (sys.stdout, sys.stderr):
-                    try:
-                        stream.flush()
-                    except (OSError, ValueError):
-                        pass
-                os._exit(code)
         theirs.close()
         ours.settimeout(REQUEST_TIMEOUT_S)  # an idle runner reads at once; one that does not is stuck
         runner = _Runner(pid, ours)

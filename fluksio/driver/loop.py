@@ -13,6 +13,7 @@ import time
 from fluksio.cache.node_cache import NodeCache
 from fluksio.driver.children import ChildRuns
 from fluksio.driver.dispatching import Dispatcher
+from fluksio.driver.inherited import journal_earlier_ends
 from fluksio.driver.journal import Journal
 from fluksio.driver.restore import restore_earlier
 from fluksio.driver.settling import Settler
@@ -65,7 +66,10 @@ class Driver:
         # A run never claimed before (never started, never resumed) has no rows yet: only a driver writes
         # them. Not reading them saves one of a short run's dozen statements.
         fresh = run is not None and run.started_at is None and not run.resume_count
-        self.s.attempts.update(restore_earlier(walk, [] if fresh else run_rows.node_rows(runtime.db, run_id)))
+        rows = [] if fresh else run_rows.node_rows(runtime.db, run_id)
+        if epoch > 0 and journal_earlier_ends(runtime, run_id, epoch, rows):
+            rows = run_rows.node_rows(runtime.db, run_id)  # a resumed run: what ended while it had no driver
+        self.s.attempts.update(restore_earlier(walk, rows))
         self.s.first_attempt.update(self.s.attempts)
         self.settler = Settler(self.s)
         self.children = ChildRuns(self.s)

@@ -48,10 +48,9 @@ def wake(runtime: Runtime, run: Run) -> None:
 
 
 def resume(runtime: Runtime, run: Run) -> None:
-    """Re-drive a run that ended ``error``, ``cancelled`` or ``abandoned``, under its id (what the unsettled
-    inbox of its last drive holds is stale)."""
+    """Re-drive a run that ended ``error``, ``cancelled`` or ``abandoned``, under its id. Its inbox is kept: the
+    calls that ended after its last driver stopped are its new driver's to journal (driver/inherited.py)."""
     run_rows.resume(runtime.db, run.id)
-    runtime.inbox.close(run.id)
     if runtime.hand_over is None:
         raise RuntimeError("this runtime has no Celery app to hand runs to drivers")  # a programming error
     runtime.hand_over(run.id, run.flow)

@@ -132,8 +132,7 @@ def start_sweeper(app: Celery, runtime: Runtime) -> Sweeper:
     settings = runtime.settings
 
     def hand_over(run_id: str, flow: str, resumed: bool) -> None:
-        if resumed:
-            runtime.inbox.close(run_id)  # what the dead driver left unread is stale
+        # A resumed run's inbox stays: the completions its dead driver left are its driver's to keep.
         send_drive(app, run_id, flow)
 
     interval = max(0.2, min(settings.stale_after_s / 3, settings.lease_interval_s))

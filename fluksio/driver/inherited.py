@@ -1,0 +1,59 @@
+"""What a resumed run keeps from its drive before: the calls that ended while it had no driver.
+
+Workers push a call's completion onto its run's inbox whether or not a driver is there to take it. When a
+run whose driver died is resumed (under a new epoch), the completions its earlier drive never took — or
+took and never journaled — still wait in the inbox. Those calls ran on the inputs the resumed run restores
+(an ``ok`` row never changes), so each is journaled as the row the earlier driver would have written, before
+the resumed drive restores its rows and sends anything: nothing that finished runs again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fluksio.broker.inbox.base import InboxMessage
+from fluksio.driver.rows import completion_rows
+from fluksio.messages import Completion
+from fluksio.runtime import Runtime
+from fluksio.store.models import RunNode
+from fluksio.store.nodes import record_nodes
+
+log = logging.getLogger(__name__)
+
+#: Messages taken off the inbox at a time.
+DRAIN_LIMIT = 500
+
+
+def journal_earlier_ends(runtime: Runtime, run_id: str, epoch: int, rows: list[RunNode]) -> int:
+    """Journal the completions of calls of earlier drives waiting in the run's inbox; how many were journaled.
+
+    ``rows``: the run's node rows now (a completion whose row the earlier driver did write is not written
+    twice). Other messages (a cancel, a wake-up) go back onto the inbox for the drive to read.
+    """
+    inbox = runtime.inbox
+    waiting: list[InboxMessage] = list(inbox.recover(run_id))  # taken by the dead driver, never journaled
+    while batch := inbox.drain(run_id, DRAIN_LIMIT):
+        waiting += batch
+    written = {(row.node, row.element, row.attempt) for row in rows}
+    ended, artifacts, kept = [], [], []
+    for message in waiting:
+        if not isinstance(message, Completion) or message.epoch >= epoch:
+            kept.append(message)
+            continue
+        key = (message.node, -1 if message.index is None else message.index, message.attempt)
+        if key in written:
+            continue  # journaled before its driver died (or taken twice)
+        written.add(key)
+        # No cache key: the unit's inputs are not known before restoring; the row counts, it is not offered
+        # to later runs as a cache entry.
+        row, made = completion_rows(run_id, message, None)
+        ended.append(row)
+        artifacts += made
+    if ended:
+        record_nodes(runtime.db, ended, artifacts)
+        log.info("run %s: %d call(s) ended while it had no driver; their rows are kept, and none runs again",
+                 run_id, len(ended))
+    for message in kept:
+        inbox.push(run_id, message)
+    inbox.forget_taken(run_id)
+    return len(ended)

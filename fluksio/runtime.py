@@ -90,6 +90,10 @@ class Runtime:
         # Its runs' code comes from this process alone (nobody else can write its in-memory broker): it runs
         # any code package its own submits shipped, such as an earlier package run again (`--code`).
         settings = settings.model_copy(update={"accept_code": "any"})
+        if "auto_resume" not in settings.model_fields_set:
+            # Its drivers live only as long as the command that runs them: a run one left behind is resumed by
+            # `fluksio resume`, not by whichever later command happens to open the store.
+            settings = settings.model_copy(update={"auto_resume": False})
         artifacts = open_store(settings, check=True)  # an unusable bucket is said now, not in a run
         db = open_run_store(settings)
         machine = settings.machine_name or socket.gethostname()

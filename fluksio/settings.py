@@ -93,8 +93,10 @@ class Settings(BaseSettings):
     db_outage_s: float = Field(default=30.0, ge=0)
     #: How long a driver keeps retrying while the broker is unreachable, in seconds.
     broker_outage_s: float = Field(default=60.0, ge=0)
-    #: Resume abandoned runs automatically (else they stay ``abandoned`` until `fluksio resume`).
-    auto_resume: bool = False
+    #: Resume a run whose driver died as soon as a driver process finds its lease stale (a worker with drivers
+    #: coming back continues the work; what finished meanwhile is kept). False: it is marked ``abandoned``
+    #: until `fluksio resume`. The embedded default keeps it off unless set (see Runtime.embedded).
+    auto_resume: bool = True
     #: Longest a busy embedded worker's consumer waits between two looks at its queues, in seconds (a message
     #: wakes it at once; looking often keeps a hop from waiting for a sleeping thread to run again, and gives
     #: Celery's loop its turn to acknowledge). Once it has taken nothing for 2 s, it looks once a second.

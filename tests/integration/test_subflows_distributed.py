@@ -24,7 +24,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                "sub-b": ("--cpus", "2", "--gpus", "none"),
                "drv": ("--drivers-only",)}
     env = {"FLUKSIO_FLOWS": f"{FLOWS_FILE},{SUBFLOWS_FILE}", "FLUKSIO_DRIVER_CONCURRENCY": "2",
-           "FLUKSIO_STALE_AFTER_S": "3"}
+           "FLUKSIO_STALE_AFTER_S": "3",
+           # The runs whose driver is killed here are resumed by hand (`client.resume`), to see what it keeps.
+           "FLUKSIO_AUTO_RESUME": "false"}
     with running_cluster(tmp_path_factory.mktemp("subcluster"), workers, env=env) as setup:
         yield setup
 

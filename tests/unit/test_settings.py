@@ -282,3 +282,19 @@ def test_a_json_list_names_each_problem_in_file_order_and_refuses_the_whole_file
     assert str(caught.value) == (
         "things.json: thing 1: must be an object, got int; thing 2 ('a'): size: int_type; "
         "thing 2 ('a'): name: thing 0 has the same name; names must be unique; thing 3: name: missing")
+
+
+def test_runs_resume_automatically_by_default_but_the_embedded_default_keeps_that_off_unless_asked(tmp_path):
+    """A driver-capable worker coming back continues a run whose driver died; in the embedded default the
+    drivers live as long as one command, so a later unrelated command must not pick up a run left behind."""
+    from fluksio.runtime import Runtime
+
+    assert Settings().auto_resume is True
+    stores = {"database_url": f"sqlite:///{tmp_path / 'f.db'}", "artifacts_dir": tmp_path / "artifacts"}
+    for given, embedded in (({}, False), ({"auto_resume": True}, True), ({"auto_resume": False}, False)):
+        runtime = Runtime.embedded(Settings(**stores, **given))
+        try:
+            assert runtime.settings.auto_resume is embedded
+            assert runtime.settings.accept_code == "any"  # its own submits' packages: nobody else reaches it
+        finally:
+            runtime.close()

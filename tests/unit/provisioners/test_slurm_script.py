@@ -111,9 +111,9 @@ def test_the_installation_settings_are_exported_and_machine_settings_are_not(set
 
 
 def test_a_setting_that_differs_from_its_default_is_exported(tmp_path: Path) -> None:
-    env = worker_environment(Settings(broker_url="redis://h:1/0", auto_resume=True, stale_after_s=30), tmp_path)
+    env = worker_environment(Settings(broker_url="redis://h:1/0", auto_resume=False, stale_after_s=30), tmp_path)
     # Relative paths are always exported, made absolute, even at their defaults.
-    assert env == {"FLUKSIO_BROKER_URL": "redis://h:1/0", "FLUKSIO_AUTO_RESUME": "true",
+    assert env == {"FLUKSIO_BROKER_URL": "redis://h:1/0", "FLUKSIO_AUTO_RESUME": "false",
                    "FLUKSIO_STALE_AFTER_S": "30.0", "FLUKSIO_ARTIFACTS_DIR": f"{tmp_path}/.fluksio/artifacts",
                    "FLUKSIO_DATABASE_URL": f"sqlite:///{tmp_path}/.fluksio/fluksio.db"}
 

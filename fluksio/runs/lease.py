@@ -32,10 +32,11 @@ Ended = Callable[[str, RunStatus], None]
 
 def sweep_once(db: Database, stale_after_s: float, spare: Collection[str] = (), drivable: Collection[str] = (),
                hand_over: HandOver | None = None, auto_resume: bool = False,
-               ended: Ended | None = None) -> list[str]:
+               ended: Ended | None = None, shipped: bool = False) -> list[str]:
     """Take every run whose driver's lease is stale (but those in ``spare``); returns their ids.
 
-    Without ``auto_resume`` each is marked ``abandoned``. With it, those of the ``drivable`` flows go
+    ``shipped``: this process also drives runs whose code travelled with them (it accepts shipped code), of
+    any flow. Without ``auto_resume`` each is marked ``abandoned``. With it, those of the ``drivable`` flows go
     straight back to ``queued`` (in the same UPDATE, so nobody sees them abandoned in between) and are
     handed over; the others are left one more stale limit to a sweeper that can load them, and then
     abandoned (no driver process has their flow). With ``hand_over``, runs of
@@ -44,22 +45,22 @@ def sweep_once(db: Database, stale_after_s: float, spare: Collection[str] = (), 
     each run this sweep marked ``abandoned`` (its alerts).
     """
     if hand_over is not None:
-        for run_id, flow in run_rows.stale_queued(db, stale_after_s, drivable):
+        for run_id, flow in run_rows.stale_queued(db, stale_after_s, drivable, shipped):
             log.warning("run %s was queued for over %g s with no driver; handed over again", run_id,
                         stale_after_s)
             hand_over(run_id, flow, False)
-        for run_id, flow in store_family.stale_woken(db, stale_after_s, drivable):
+        for run_id, flow in store_family.stale_woken(db, stale_after_s, drivable, shipped):
             log.warning("run %s was woken by its children over %g s ago and no driver took it; handed over again",
                         run_id, stale_after_s)
             hand_over(run_id, flow, False)
-        for run_id, flow in store_family.parked_with_news(db, drivable):
+        for run_id, flow in store_family.parked_with_news(db, drivable, shipped):
             log.warning("run %s is parked, but a child of it ended and it was not woken; woken now", run_id)
             hand_over(run_id, flow, False)
     # One attempt each: a sweeper that cannot reach the store must not sit in retries and then judge
     # leases that nobody could refresh meanwhile.
     taken: list[str] = []
     if auto_resume and hand_over is not None:
-        for run_id, flow in run_rows.requeue_stale_once(db, stale_after_s, drivable, spare):
+        for run_id, flow in run_rows.requeue_stale_once(db, stale_after_s, drivable, spare, shipped):
             log.warning("run %s: its driver's lease is older than %g s; resumed automatically", run_id,
                         stale_after_s)
             taken.append(run_id)
@@ -100,8 +101,10 @@ class Sweeper:
     def __init__(self, db: Database, stale_after_s: float, interval_s: float,
                  spare: Callable[[], Collection[str]] = frozenset,
                  drivable: Callable[[], Collection[str]] = frozenset,
-                 hand_over: HandOver | None = None, auto_resume: bool = False, ended: Ended | None = None) -> None:
+                 hand_over: HandOver | None = None, auto_resume: bool = False, ended: Ended | None = None,
+                 shipped: bool = False) -> None:
         self.db = db
+        self.shipped = shipped
         self.ended = ended
         self.stale_after_s = stale_after_s
         self.interval_s = interval_s
@@ -125,7 +128,7 @@ class Sweeper:
                 continue
             try:
                 sweep_once(self.db, self.stale_after_s, self.spare(), self.drivable(), self.hand_over,
-                           self.auto_resume, self.ended)
+                           self.auto_resume, self.ended, self.shipped)
             except DBAPIError:
                 log.warning("lease sweep could not reach the run store; waiting for it", exc_info=True)
                 self._reachable_since = time.monotonic()

@@ -22,6 +22,7 @@ from fluksio.clock import utcnow
 from fluksio.schemas import RunStatus
 from fluksio.store.db import Database, retried
 from fluksio.store.models import Run
+from fluksio.store.run_rows import of_flows
 
 PARKED, WOKEN = "parked", "woken"
 
@@ -76,7 +77,8 @@ def claim_woken(db: Database, run_id: str) -> int | None:
 
 
 @retried
-def stale_woken(db: Database, stale_after_s: float, flows: Collection[str]) -> list[tuple[str, str]]:
+def stale_woken(db: Database, stale_after_s: float, flows: Collection[str],
+                shipped: bool = False) -> list[tuple[str, str]]:
     """Woken runs of ``flows`` that no driver claimed for ``stale_after_s``: their hand-over was lost.
 
     Returns ``(run id, flow)`` of each, marked handled now so that a second sweeper skips it.
@@ -85,12 +87,12 @@ def stale_woken(db: Database, stale_after_s: float, flows: Collection[str]) -> l
     with db.write() as session:
         return [(str(run_id), str(flow)) for run_id, flow in session.execute(
             update(Run).where(Run.status == RunStatus.RUNNING.value, Run.park_state == WOKEN,
-                              Run.lease_at < now - timedelta(seconds=stale_after_s), Run.flow.in_(list(flows)))
+                              Run.lease_at < now - timedelta(seconds=stale_after_s), of_flows(flows, shipped))
             .values(lease_at=now).returning(Run.id, Run.flow))]
 
 
 @retried
-def parked_with_news(db: Database, flows: Collection[str]) -> list[tuple[str, str]]:
+def parked_with_news(db: Database, flows: Collection[str], shipped: bool = False) -> list[tuple[str, str]]:
     """Parked runs of ``flows`` with a child that ended after they parked: a wake-up that went astray (the
     store or broker failed the child as it told its parent). Woken here, in the same UPDATE; returns
     ``(run id, flow)`` of each, to hand to a driver."""
@@ -101,7 +103,7 @@ def parked_with_news(db: Database, flows: Collection[str]) -> list[tuple[str, st
     with db.write() as session:
         return [(str(run_id), str(flow)) for run_id, flow in session.execute(
             update(Run).where(Run.status == RunStatus.RUNNING.value, Run.park_state == PARKED,
-                              Run.flow.in_(list(flows)), news)
+                              of_flows(flows, shipped), news)
             .values(park_state=WOKEN, lease_at=utcnow()).returning(Run.id, Run.flow))]
 
 

@@ -6,7 +6,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, func, insert, or_, select, update
 from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -143,8 +143,15 @@ def abandon_stale_once(db: Database, stale_after_s: float, spare: Collection[str
 abandon_stale = retried(abandon_stale_once)
 
 
+def of_flows(flows: Collection[str], shipped: bool = False) -> ColumnElement[bool]:
+    """Runs of ``flows`` (a driver's registered flows); with ``shipped``, also every run whose code travelled
+    with it (a driver that accepts shipped code drives those from their graph, whatever their flow)."""
+    named = Run.flow.in_(list(flows))
+    return or_(named, Run.code_entry.is_not(None)) if shipped else named
+
+
 def requeue_stale_once(db: Database, stale_after_s: float, flows: Collection[str],
-                       spare: Collection[str] = ()) -> list[tuple[str, str]]:
+                       spare: Collection[str] = (), shipped: bool = False) -> list[tuple[str, str]]:
     """Auto-resume: send every stale running run of ``flows`` straight back to ``queued``.
 
     One guarded UPDATE, recorded as resumed from ``abandoned``: a client waiting on the run never sees
@@ -156,7 +163,7 @@ def requeue_stale_once(db: Database, stale_after_s: float, flows: Collection[str
     with db.write() as session:
         return [(str(run_id), str(flow)) for run_id, flow in session.execute(
             update(Run)
-            .where(*_stale(now, stale_after_s, spare), Run.flow.in_(list(flows)), Run.cancel_requested.is_(False))
+            .where(*_stale(now, stale_after_s, spare), of_flows(flows, shipped), Run.cancel_requested.is_(False))
             .values(**_requeued(RunStatus.ABANDONED, f"resumed automatically: {_lease_lost(stale_after_s)}", now))
             .returning(Run.id, Run.flow)
         )]
@@ -210,7 +217,8 @@ def touch_queued(db: Database, run_id: str) -> None:
                         .values(lease_at=utcnow()))
 
 
-def stale_queued(db: Database, stale_after_s: float, flows: Collection[str]) -> list[tuple[str, str]]:
+def stale_queued(db: Database, stale_after_s: float, flows: Collection[str],
+                 shipped: bool = False) -> list[tuple[str, str]]:
     """Runs of ``flows`` queued for longer than ``stale_after_s`` that no driver holds: their hand-over was lost.
 
     Returns ``(run id, flow)`` of each, marking it handled now so that a second sweeper skips it. Only
@@ -222,7 +230,7 @@ def stale_queued(db: Database, stale_after_s: float, flows: Collection[str]) -> 
         return [(str(run_id), str(flow)) for run_id, flow in session.execute(
             update(Run)
             .where(Run.status == RunStatus.QUEUED.value, func.coalesce(Run.lease_at, Run.created_at) < cutoff,
-                   Run.flow.in_(list(flows)))
+                   of_flows(flows, shipped))
             .values(lease_at=now)
             .returning(Run.id, Run.flow)
         )]

@@ -138,4 +138,4 @@ def start_sweeper(app: Celery, runtime: Runtime) -> Sweeper:
     interval = max(0.2, min(settings.stale_after_s / 3, settings.lease_interval_s))
     return Sweeper(runtime.db, settings.stale_after_s, interval, spare=lambda: set(runtime.driving),
                    drivable=runtime.registry.names, hand_over=hand_over, auto_resume=settings.auto_resume,
-                   ended=runtime.run_ended).start()
+                   ended=runtime.run_ended, shipped=settings.accept_code != "registered").start()

@@ -136,3 +136,18 @@ def test_the_client_says_a_run_has_no_driver_when_none_is_alive(tmp_path):
             assert record.status is RunStatus.RUNNING and record.driverless_s is not None
             assert record.driverless_s >= 40
             assert record.status_reason.startswith("no driver has refreshed this run for 4")
+
+
+@pytest.mark.parametrize("shipped", [True, False])
+def test_a_shipped_run_is_resumed_by_a_driver_that_accepts_shipped_code_whatever_its_flow(db, shipped):
+    run_id = running_run_with_a_dead_driver(db, flow="not_registered_here")
+    with db.write() as session:  # its code travelled with it: a driver that accepts shipped code drives its graph
+        session.execute(update(Run).where(Run.id == run_id).values(code_entry="flows.py", code_digest="sha256:c"))
+    handed: list[tuple[str, str, bool]] = []
+    taken = sweep_once(db, 100, drivable={"train"}, hand_over=lambda *a: handed.append(a), auto_resume=True,
+                       shipped=shipped)
+    if shipped:
+        assert taken == [run_id] and handed == [(run_id, "not_registered_here", True)]
+        assert get_run(db, run_id).status == RunStatus.QUEUED.value
+    else:  # left a second stale limit for a driver that can drive it
+        assert taken == [] and handed == [] and get_run(db, run_id).status == RunStatus.RUNNING.value

@@ -187,11 +187,15 @@ def replay_refusal(runtime: Runtime, call: NodeCall) -> str | None:
 def _checkout(runtime: Runtime, call: NodeCall) -> Path:
     """The folder of the call's code package, unpacked in this worker's code cache (fetched if need be)."""
     assert call.code_digest is not None  # admitted as a package call: it names its package
+    cache = CodeCache.of(runtime.settings)  # it keeps nothing in memory (the folder is its state): one per call
     try:
-        # A cache keeps nothing in memory (the folder is its state): one per call costs nothing.
-        return CodeCache.of(runtime.settings).checkout(runtime.artifacts, call.code_digest)
+        return cache.checkout(runtime.artifacts, call.code_digest)
     except PackageError as exc:  # missing, altered, unsafe: never imported, said in one line
         raise NodeFailed(first_line(str(exc))) from None
+    except OSError as exc:  # the cache's folder: not writable, a full disk
+        raise NodeFailed(f"code package {short(call.code_digest)} cannot be unpacked into the code cache "
+                         f"{cache.folder} on machine {call.grant.machine}: {exc.strerror or exc}; free space "
+                         "there, or lower FLUKSIO_CODE_CACHE_MB") from None
 
 
 def _flow_for(runtime: Runtime, call: NodeCall) -> tuple[Flow | None, str | None]:

@@ -77,6 +77,9 @@ def load_package(folder: Path, entry: str) -> LoadedPackage:
     sys.path.insert(0, str(folder))
     importlib.invalidate_caches()
     registry = FlowRegistry()
+    outside = entry_outside(folder, entry)
+    if outside is not None:  # never import it: a message or the run store named it, not the package
+        return LoadedPackage(folder, entry, registry, outside)
     source = str(folder / entry) if _is_file(entry) else entry
     digests: set[str] = set()
     try:
@@ -88,6 +91,29 @@ def load_package(folder: Path, entry: str) -> LoadedPackage:
     except Exception as exc:  # noqa: BLE001 - the package's own failure, said in the node's error
         return LoadedPackage(folder, entry, FlowRegistry(), first_line(f"{type(exc).__name__}: {exc}"))
     return LoadedPackage(folder, entry, registry, digests=frozenset(digests))
+
+
+def entry_outside(folder: Path, entry: str) -> str | None:
+    """Why ``entry`` is not something of the package in ``folder`` (one line), or ``None``: it is.
+
+    A file must be a ``.py`` file of the package (no absolute path, no ``..``, nothing a link leads out to);
+    a module must be dotted identifiers whose top is a module or package of the package, which is first on
+    ``sys.path``. The entry travels beside the digest, so it is checked before anything is imported.
+    """
+    refused = f"its entry {entry!r} is not a module or file of the package; refused, nothing imported"
+    if _is_file(entry):
+        path = folder / entry
+        if (entry.startswith("/") or ".." in Path(entry).parts or not entry.endswith(".py")
+                or not path.resolve().is_relative_to(folder.resolve()) or not path.is_file()):
+            return refused
+        return None
+    parts = entry.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return refused
+    top = folder / parts[0]
+    if not ((top.with_name(parts[0] + ".py")).is_file() or (top / "__init__.py").is_file()):
+        return refused
+    return None
 
 
 def _is_file(entry: str) -> bool:

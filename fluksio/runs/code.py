@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from fluksio.artifacts.artifact import Artifact
 from fluksio.artifacts.store import ArtifactStore
 from fluksio.codecs import REGISTRY
-from fluksio.errors import ArtifactError, FluksioError, RunRejected, first_line
+from fluksio.errors import ArtifactError, FluksioError, MessageRefused, RunRejected, first_line
 from fluksio.flows.flow import Flow
 from fluksio.flows.manifest import class_name, manifest_bytes, rebuild
 from fluksio.flows.package import CodePackage, largest, pack, package_digest
@@ -88,7 +88,7 @@ def ship(flow: Flow, artifacts: ArtifactStore, *, max_mb: float, signer: Signer 
         log.warning("flow %r: its code package could not be stored (%s); this run runs only where the flow is "
                     "registered", flow.name, first_line(str(exc)))
         return RunCode(now)
-    signature = signer.sign_code(now) if signer is not None else None
+    signature = signer.sign_code(now, entry) if signer is not None else None
     return RunCode(now, entry, signature, graph)
 
 
@@ -134,8 +134,9 @@ def earlier(db: Database, artifacts: ArtifactStore, flow: str, digest: str,
             signer: Signer | None) -> tuple[RunCode, Flow]:
     """An earlier package of flow ``flow`` to run again unchanged (``submit(..., code=digest)``), and its graph.
 
-    What to import from it and its graph are those of an earlier run that shipped it; the package must still
-    be in the artifact store.
+    What to import from it, its graph and its signature are those of an earlier run that shipped it; the package
+    must still be in the artifact store. It is never signed afresh: that would vouch for whatever the run store
+    says was shipped. A signed one is checked against this process's certificates.
     """
     if not isinstance(digest, str) or not PACKAGE_DIGEST.match(digest):
         raise RunRejected(f"code={digest!r} is not a code package digest; give one as `fluksio show RUN` prints it "
@@ -144,7 +145,7 @@ def earlier(db: Database, artifacts: ArtifactStore, flow: str, digest: str,
     if shipped is None:
         raise RunRejected(f"no run of flow {flow!r} shipped code package {digest}; `fluksio show RUN` prints the "
                           "package of a run (its 'code' line), and `fluksio runs --flow NAME` lists the runs")
-    entry, graph = shipped
+    entry, graph, signature = shipped
     if not artifacts.exists(digest):
         raise RunRejected(f"code package {digest} of flow {flow!r} is no longer in the artifact store")
     try:
@@ -152,7 +153,12 @@ def earlier(db: Database, artifacts: ArtifactStore, flow: str, digest: str,
     except (FluksioError, ValueError) as exc:
         raise RunRejected(f"the graph of code package {short(digest)} (artifact {graph}) cannot be read: "
                           f"{first_line(str(exc))}") from None
-    signature = signer.sign_code(digest) if signer is not None else None
+    if signature is not None and signer is not None:
+        try:
+            signer.verify_code(digest, entry, signature)
+        except MessageRefused as exc:
+            raise RunRejected(f"code package {short(digest)} of flow {flow!r} was {exc}; it is not run again "
+                              "under this installation's trust") from None
     return RunCode(digest, entry, signature, graph), rebuilt
 
 

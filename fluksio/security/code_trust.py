@@ -63,7 +63,7 @@ def code_refusal(settings: Settings, signer: Signer | None, call: NodeCall) -> s
         return (f"{rule}, and {came}, unsigned; the submitter signs it when it has {SIGNING_SETTINGS} set (with a "
                 f"certificate in {signer.store_path} on {machine}), or set {SETTING}=any on {machine}")
     try:
-        signer.verify_code(call.code_digest or "", call.code_signature)
+        signer.verify_code(call.code_digest or "", call.code_entry or "", call.code_signature)
     except MessageRefused as exc:
         return f"{rule}, and {came}, {exc}"
     return None

@@ -105,16 +105,19 @@ class Signer:
                                  "another run, or altered on the way)") from None
         return str(data["message"])
 
-    def sign_code(self, digest: str) -> str:
-        """The submitter's signature over the code package ``digest`` (``sha256:…``), as JSON text: the same
-        envelope as :meth:`seal` makes, so that a worker can say which certificate signed it."""
-        signature = self.key.sign(CODE_PURPOSE + digest.encode(), *_scheme())
+    def sign_code(self, digest: str, entry: str) -> str:
+        """The submitter's signature over the code package ``digest`` (``sha256:…``) and what a worker imports
+        from it (``entry``: a module, or a file's path in the package), as JSON text: the same envelope as
+        :meth:`seal` makes, so that a worker can say which certificate signed it. The entry is signed too: a
+        signed digest with another entry written beside it in the run store would import something else."""
+        signature = self.key.sign(_code_bytes(digest, entry), *_scheme())
         return json.dumps({"signed_by": self.identity, "signature": base64.b64encode(signature).decode(),
                            "message": digest})
 
-    def verify_code(self, digest: str, signature: str) -> None:
+    def verify_code(self, digest: str, entry: str, signature: str) -> None:
         """Return if ``signature`` (what :meth:`sign_code` made) is a trusted certificate's over the code package
-        ``digest``; else :class:`MessageRefused` saying why, in words that follow "the package was …"."""
+        ``digest`` and its ``entry``; else :class:`MessageRefused` saying why, in words that follow "the package
+        was …"."""
         from cryptography.exceptions import InvalidSignature
 
         try:
@@ -132,11 +135,15 @@ class Signer:
             raise MessageRefused(f"signed by the certificate {data['signed_by']!r}, which is not among the trusted "
                                  f"ones in {self.store_path}")
         try:
-            public_key.verify(base64.b64decode(data["signature"], validate=True), CODE_PURPOSE + digest.encode(),
+            public_key.verify(base64.b64decode(data["signature"], validate=True), _code_bytes(digest, entry),
                               *_scheme())
         except (InvalidSignature, ValueError):
             raise MessageRefused(f"signed in the name of {data['signed_by']!r}, and the signature does not verify "
-                                 "(forged, or altered on the way)") from None
+                                 f"for entry {entry!r} (forged, or altered on the way)") from None
+
+
+def _code_bytes(digest: str, entry: str) -> bytes:
+    return CODE_PURPOSE + digest.encode() + b"\n" + entry.encode()
 
 
 def _signed_bytes(run_id: str, text: str) -> bytes:

@@ -92,17 +92,17 @@ def claim(db: Database, run_id: str, code_digest: str | None) -> int | None:
 
 
 @retried
-def find_shipped(db: Database, flow: str, code_digest: str) -> tuple[str, str] | None:
-    """What to import from code package ``code_digest`` of ``flow``, and its graph's digest, as the newest run
-    of that flow that shipped it recorded them."""
+def find_shipped(db: Database, flow: str, code_digest: str) -> tuple[str, str, str | None] | None:
+    """What to import from code package ``code_digest`` of ``flow``, its graph's digest and its submitter's
+    signature, as the newest run of that flow that shipped it recorded them."""
     with db.read_connection() as connection:
         row = connection.execute(
-            select(Run.code_entry, Run.graph_digest)
+            select(Run.code_entry, Run.graph_digest, Run.code_signature)
             .where(Run.flow == flow, Run.code_digest == code_digest, Run.code_entry.is_not(None),
                    Run.graph_digest.is_not(None))
             .order_by(Run.id.desc()).limit(1)
         ).first()
-    return None if row is None else (str(row[0]), str(row[1]))
+    return None if row is None else (str(row[0]), str(row[1]), row[2])
 
 
 def _mine(epoch: int | None) -> list[Any]:

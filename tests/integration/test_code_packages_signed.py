@@ -36,8 +36,14 @@ def test_a_package_signed_by_a_trusted_submitter_runs(cluster: Cluster) -> None:
         record = client.submit(flow, {"tag": ""}).wait(timeout=90)
     assert record.status is RunStatus.OK, (record.status_reason, [n.error for n in record.nodes])
     assert record.result["seen"]["constant"] == "signed"
-    row = get_run(Database(cluster.env["FLUKSIO_DATABASE_URL"]), record.id)
+    store = Database(cluster.env["FLUKSIO_DATABASE_URL"])
+    row = get_run(store, record.id)
     assert row.code_signature is not None and record.code_digest in row.code_signature
+    # Run again by its digest: the submitter's signature is carried over (checked), never made afresh.
+    with cluster.client() as client:
+        again = client.submit("shipped", {"tag": ""}, code=record.code_digest, no_cache=True).wait(timeout=90)
+    assert again.status is RunStatus.OK, again.status_reason
+    assert get_run(store, again.id).code_signature == row.code_signature
 
 
 def test_an_unsigned_package_and_one_signed_by_an_unknown_certificate_are_refused(cluster: Cluster) -> None:
@@ -59,6 +65,10 @@ def test_an_unsigned_package_and_one_signed_by_an_unknown_certificate_are_refuse
         assert node.machine == "signed-w" and "\n" not in node.error
         assert "looked from" not in (node.logs or "")  # refused before anything of the package ran
         refused[case] = node.error
+        if case == "unsigned":  # a signing submitter running it again by digest does not vouch for it
+            with cluster.client() as client:
+                again = client.submit("shipped", {"tag": ""}, code=record.code_digest).wait(timeout=90)
+            assert again.status is RunStatus.ERROR and ", unsigned; " in again.nodes[0].error
     rule = ("machine signed-w runs shipped code only when signed by a certificate it trusts "
             "(FLUKSIO_ACCEPT_CODE=signed), and flow 'shipped' of run ")
     assert refused["unsigned"].startswith(rule) and ", unsigned; the submitter signs it when it has " \

@@ -85,3 +85,29 @@ def test_the_workers_own_flow_modules_are_what_a_package_process_forgets(tmp_pat
     forgotten = flow_code_modules(appeared, ["residentpkg.flows"])
     assert {"residentpkg", "residentpkg.flows", "residenthelpers"} <= set(forgotten)
     assert "colorsys" not in forgotten  # the interpreter's library stays: not the flows' code
+
+
+@pytest.mark.parametrize("entry", ["/tmp/elsewhere/evil.py", "../evil.py", "sub/../../evil.py", "os", "evil",
+                                   "not a module", "pkg..flows"])
+def test_an_entry_that_is_not_the_packages_own_is_refused_before_anything_is_imported(tmp_path, entry):
+    """The entry travels beside the digest (the run store, the message): it must name the package's own code."""
+    package, elsewhere = tmp_path / "package", tmp_path / "elsewhere"
+    package.mkdir()
+    elsewhere.mkdir()
+    (package / "flows.py").write_text("from fluksio import Flow\nf = Flow('f')\n")
+    mark = tmp_path / "imported"
+    for place in (tmp_path / "evil.py", elsewhere / "evil.py", package.parent / "evil.py"):
+        place.write_text(f"open({str(mark)!r}, 'w').write('x')\n")
+    loaded = load_package(package, entry.replace("/tmp/elsewhere", str(elsewhere)))
+    assert loaded.failure is not None and "is not a module or file of the package; refused" in loaded.failure
+    assert not mark.exists()  # nothing of it ran
+
+
+def test_the_packages_own_file_and_module_entries_are_accepted(tmp_path):
+    from fluksio.execution.shipped import entry_outside
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "flows.py").write_text("")
+    (tmp_path / "top.py").write_text("")
+    assert [entry_outside(tmp_path, e) for e in ("pkg/flows.py", "top.py", "pkg.flows", "top", "pkg")] == [None] * 5

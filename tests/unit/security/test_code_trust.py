@@ -64,11 +64,11 @@ def test_registered_refuses_any_shipped_package_saying_how_to_accept_it() -> Non
 
 def test_any_runs_every_package_signed_or_not(submitter: Signer) -> None:
     assert code_refusal(Settings(accept_code="any"), None, call_of()) is None
-    assert code_refusal(Settings(accept_code="any"), None, call_of(submitter.sign_code(DIGEST))) is None
+    assert code_refusal(Settings(accept_code="any"), None, call_of(submitter.sign_code(DIGEST, "flows.py"))) is None
 
 
 def test_signed_runs_a_package_signed_by_a_trusted_certificate(worker: Signer, submitter: Signer) -> None:
-    assert code_refusal(Settings(accept_code="signed"), worker, call_of(submitter.sign_code(DIGEST))) is None
+    assert code_refusal(Settings(accept_code="signed"), worker, call_of(submitter.sign_code(DIGEST, "flows.py"))) is None
 
 
 def test_signed_refuses_an_unsigned_package_naming_the_setting_and_how_to_sign(worker: Signer) -> None:
@@ -84,32 +84,41 @@ def test_signed_refuses_an_unsigned_package_naming_the_setting_and_how_to_sign(w
 def test_signed_refuses_a_signature_by_a_certificate_it_does_not_trust(worker: Signer, ids: dict[str, Identity],
                                                                      tmp_path: Path) -> None:
     stranger = signer_of(ids["stranger"], store_of(tmp_path / "stranger", ids["stranger"]))
-    refusal = code_refusal(Settings(accept_code="signed"), worker, call_of(stranger.sign_code(DIGEST)))
+    refusal = code_refusal(Settings(accept_code="signed"), worker, call_of(stranger.sign_code(DIGEST, "flows.py")))
     assert refusal is not None and "\n" not in refusal
     assert f"signed by the certificate {stranger.identity!r}, which is not among the trusted ones in " \
            f"{worker.store_path}" in refusal
 
 
 def test_signed_refuses_a_signature_over_another_package(worker: Signer, submitter: Signer) -> None:
-    refusal = code_refusal(Settings(accept_code="signed"), worker, call_of(submitter.sign_code(OTHER)))
+    refusal = code_refusal(Settings(accept_code="signed"), worker, call_of(submitter.sign_code(OTHER, "flows.py")))
     assert refusal is not None and f"signed for another code package ({OTHER})" in refusal
 
 
 def test_signed_refuses_a_signature_that_does_not_verify(worker: Signer, submitter: Signer) -> None:
-    forged = json.loads(submitter.sign_code(OTHER))
+    forged = json.loads(submitter.sign_code(OTHER, "flows.py"))
     forged["message"] = DIGEST  # another package's signature, relabelled
     refusal = code_refusal(Settings(accept_code="signed"), worker, call_of(json.dumps(forged)))
-    assert refusal is not None and "the signature does not verify (forged, or altered on the way)" in refusal
+    assert refusal is not None and "the signature does not verify for entry 'flows.py' (forged, or altered on " \
+        "the way)" in refusal
     assert "not a fluksio code signature" in (code_refusal(Settings(accept_code="signed"), worker,
                                                            call_of("garbage")) or "")
+
+
+def test_signed_refuses_a_signed_digest_written_beside_another_entry(worker: Signer, submitter: Signer) -> None:
+    """Whoever can write the run store cannot keep a trusted signature and name another file to import."""
+    call = call_of(submitter.sign_code(DIGEST, "flows.py"))
+    relabelled = NodeCall.from_wire({**call.to_wire(), "code_entry": "/tmp/evil.py"})
+    refusal = code_refusal(Settings(accept_code="signed"), worker, relabelled)
+    assert refusal is not None and "does not verify for entry '/tmp/evil.py'" in refusal
 
 
 def test_a_code_signature_never_opens_as_an_inbox_message(submitter: Signer) -> None:
     """Both envelopes look alike; what is signed starts with its purpose, so neither verifies as the other."""
     with pytest.raises(MessageRefused, match="does not verify"):
-        submitter.open("R", json.loads(submitter.sign_code(DIGEST)))
+        submitter.open("R", json.loads(submitter.sign_code(DIGEST, "flows.py")))
     with pytest.raises(MessageRefused, match="does not verify"):  # it trusts itself: only the purpose differs
-        submitter.verify_code(DIGEST, submitter.seal("R", DIGEST))
+        submitter.verify_code(DIGEST, "flows.py", submitter.seal("R", DIGEST))
 
 
 def test_a_worker_accepting_signed_code_needs_the_signing_settings(ids: dict[str, Identity], tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ enough to be evicted (:data:`IN_USE_S` is ten times longer).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
@@ -42,6 +43,8 @@ STALE_TEMPORARY_S = 3600.0
 FILES = "files"
 #: Its last-use mark, inside its folder.
 USED = "used"
+#: Descriptors of the packages this process holds (:func:`hold`).
+_holding: list[int] = []
 #: The only digests a package is named by (flows/package.py names each by the sha256 of its archive).
 ALGORITHM = "sha256"
 #: How often a process marks a package it keeps checking out as used, at most, in seconds.
@@ -150,8 +153,10 @@ class CodeCache:
         return found
 
     def _remove(self, package: _Held) -> bool:
-        """Move the package aside, then delete it: a checkout never finds half of one. A package used after it
-        was looked at (its mark moved on) is put back instead; ``True`` when it is gone."""
+        """Move the package aside, then delete it: a checkout never finds half of one. A package a process
+        holds (:func:`hold`), or used after it was looked at (its mark moved on), stays; ``True`` when it is gone."""
+        if _held_elsewhere(package.folder):
+            return False  # a package server or a call's interpreter imports from it: a long call's lazy imports
         _marked.pop(package.folder, None)
         aside = Path(tempfile.mkdtemp(dir=self.folder, prefix=".evicted-")) / package.folder.name
         try:
@@ -183,6 +188,39 @@ def _name(digest: str) -> str:
     if algorithm != ALGORITHM or len(hexdigest) != 64 or not all(c in "0123456789abcdef" for c in hexdigest):
         raise PackageError(f"{digest!r} is not a code package's digest ('sha256:' and 64 lowercase hex characters)")
     return f"{algorithm}-{hexdigest}"
+
+
+def hold(files: Path) -> None:
+    """Keep the package whose files are in ``files`` from being evicted while this process lives.
+
+    A shared lock on its last-use mark, taken by the process that imports the package (a package server, and
+    the runners and children it forks, which inherit it; a fresh interpreter): the kernel drops it when the
+    process ends, however it ends, so nothing has to remember to let go. Eviction asks for the lock
+    exclusively, and leaves a package it cannot get.
+    """
+    try:
+        descriptor = os.open(files.parent / USED, os.O_RDONLY)
+        fcntl.flock(descriptor, fcntl.LOCK_SH)
+    except OSError:
+        return  # no mark (not a cache's folder): nothing to hold
+    _holding.append(descriptor)  # kept open for the process's life
+
+
+def _held_elsewhere(home: Path) -> bool:
+    """Whether a process holds the package in ``home`` (:func:`hold`)."""
+    try:
+        descriptor = os.open(home / USED, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(descriptor)  # closing drops the lock this look took
+    return False
 
 
 def _touch(home: Path) -> bool:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 from fluksio.errors import NodeFailed
+from fluksio.execution.code_cache import hold
 from fluksio.execution.ran import Ran
 from fluksio.execution.run_here import run_node_here
 from fluksio.execution.secrets import secret_inputs
@@ -151,6 +152,7 @@ def main() -> None:
     call = NodeCall.from_wire(sent["call"])
     settings = load_settings() if sent["settings"] is None else Settings(**sent["settings"])
     if len(sys.argv) > 1:  # a shipped code package's folder: its flows alone, never FLUKSIO_FLOWS
+        hold(Path(sys.argv[1]))  # its files stay in the code cache while this call may import from them
         package = load_package(Path(sys.argv[1]), call.code_entry or "")
         done = run_reported(Runtime.standalone(settings, package.registry), call, package)
     else:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from fluksio.execution.code_cache import hold
 from fluksio.execution.cuda import cuda_in_use
 from fluksio.execution.forking import ForkServer, forked
 from fluksio.execution.isolated import run_reported
@@ -160,6 +161,7 @@ def serve_package(control: socket.socket, settings: Settings, folder: Path, entr
                   flow_modules: list[str]) -> None:
     """In the forked package server: forget the installation's flows, import the package, serve its calls."""
     forget_modules(flow_modules)
+    hold(folder)  # its files stay in the code cache while this server (and what it forks) may import from them
     package = load_package(folder, entry)
     reason = cuda_in_use()
     if reason is not None and package.failure is None:

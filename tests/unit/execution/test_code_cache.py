@@ -158,3 +158,30 @@ def test_two_checkouts_at_once_end_with_one_folder(tmp_path: Path, store: Counti
 def test_a_workers_cache_is_beside_its_artifacts_cache(tmp_path: Path) -> None:
     cache = CodeCache.of(Settings(artifacts_cache=tmp_path / "x" / "artifacts-cache", code_cache_mb=2))
     assert (cache.folder, cache.max_bytes) == (tmp_path / "x" / "code", 2_000_000)
+
+
+def test_a_package_a_process_holds_is_never_evicted_however_long_ago_it_was_checked_out(
+        tmp_path: Path, store: CountingStore) -> None:
+    """A call running for hours imports lazily and reads its include= files: its package server holds them."""
+    import subprocess
+    import sys
+
+    packages = [packed(tmp_path, name, n, padding=40_000) for n, name in enumerate("ab")]
+    for _, data in packages:
+        stored(store, data)
+    cache = CodeCache(tmp_path / "code", 50_000)  # room for one
+    a = cache.checkout(store, packages[0][0])
+    # Another process (a package server) holds it until told to let go.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from fluksio.execution.code_cache import hold; "
+         "hold(Path(sys.argv[1])); print('held', flush=True); sys.stdin.read()", str(a)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        age(a, IN_USE_S * 10)  # checked out long ago
+        b = cache.checkout(store, packages[1][0])
+        assert a.exists() and b.exists()  # over the limit, but held
+        assert cache.evict(keep=b) == []
+    finally:
+        holder.communicate("")  # its end lets go (the kernel drops the lock)
+    assert cache.evict(keep=b) == [a.parent] and not a.exists()

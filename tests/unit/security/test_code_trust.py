@@ -68,7 +68,8 @@ def test_any_runs_every_package_signed_or_not(submitter: Signer) -> None:
 
 
 def test_signed_runs_a_package_signed_by_a_trusted_certificate(worker: Signer, submitter: Signer) -> None:
-    assert code_refusal(Settings(accept_code="signed"), worker, call_of(submitter.sign_code(DIGEST, "flows.py"))) is None
+    signed = call_of(submitter.sign_code(DIGEST, "flows.py"))
+    assert code_refusal(Settings(accept_code="signed"), worker, signed) is None
 
 
 def test_signed_refuses_an_unsigned_package_naming_the_setting_and_how_to_sign(worker: Signer) -> None:

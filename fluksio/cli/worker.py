@@ -40,12 +40,13 @@ def worker(name: str | None, labels: str | None, cpus: int | None, gpus: str | N
     from fluksio.worker.profile import WorkerProfile, load_profile
     from fluksio.worker.service import run_driver_worker, run_node_worker
 
+    base = load_profile(profile) if profile else WorkerProfile()
+    accept_code = accept_code or base.accept_code
     if accept_code is not None:
         # Through the environment, not only this process's settings: the fork server (and its package servers)
         # and the drivers' process this command starts read their settings from it too.
         os.environ["FLUKSIO_ACCEPT_CODE"] = accept_code
     settings = load_settings()
-    base = load_profile(profile) if profile else WorkerProfile()
     inventory = build_inventory(
         name or base.name, labels if labels is not None else ",".join(base.labels), cpus or base.cpus,
         gpus if gpus is not None else base.gpus_text, ram_mb if ram_mb is not None else base.ram_mb,

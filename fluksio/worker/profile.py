@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -20,6 +21,8 @@ class WorkerProfile(BaseModel):
     gpus: str | list[int] | None = None
     ram_mb: int | None = Field(default=None, ge=0)
     drivers: bool = False
+    #: Which code runs here (``--accept-code``; FLUKSIO_ACCEPT_CODE): absent means the installation's setting.
+    accept_code: Literal["registered", "signed", "any"] | None = None
 
     @property
     def gpus_text(self) -> str | None:

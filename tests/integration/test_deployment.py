@@ -68,3 +68,12 @@ def test_the_example_settings_file_loads(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_the_systemd_unit_starts_a_worker_from_its_profile() -> None:
     unit = (REPO / "workers/fluksio-worker@.service").read_text()
     assert "fluksio worker --profile /etc/fluksio/workers/%i.toml" in unit
+
+
+def test_a_profile_says_which_code_its_worker_runs_and_refuses_a_mode_that_does_not_exist(tmp_path: Path) -> None:
+    (tmp_path / "open.toml").write_text('name = "box"\naccept_code = "any"\n')
+    assert load_profile(tmp_path / "open.toml").accept_code == "any"
+    assert load_profile(REPO / "workers/gpu.toml").accept_code is None  # the installation's setting
+    (tmp_path / "typo.toml").write_text('name = "box"\naccept_code = "signd"\n')
+    with pytest.raises(ConfigError, match="accept_code: Input should be 'registered', 'signed' or 'any'"):
+        load_profile(tmp_path / "typo.toml")

@@ -256,7 +256,8 @@ def later_call_figures(client, warm: Path, workdir: Path, length: int, width: in
     hop = {k: [s / length * 1000 for s in v] for k, v in samples.items() if "chain" in k}
     rate = {k: [width / s for s in v] for k, v in samples.items() if "fanout" in k}
     section = "shipped code (Redis)"
-    note = ("package server up; each shipped call run in one of its runners, each registered one in a pool process; "
+    note = ("package server up; each shipped call run in the runner its pool process keeps (kept.py), each "
+            "registered one in the pool process; "
             "a call's node start → end on the worker {} vs {} ms; 2 worker slots")
     return [
         Figure(section, f"later calls: chain of {length} dependent no-op nodes", "ms per hop",

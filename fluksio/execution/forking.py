@@ -173,6 +173,9 @@ class ForkServer:
         if message != REGISTERED and self.route is not None:
             self.route(message, fds)
             return True
+        if self.runners is not None and self.runners.keep_asked(message):
+            self.runners.keep(socket.socket(fileno=fds[0]), fds[1])  # its lifeline and channel: no call body
+            return True
         conn, output = socket.socket(fileno=fds[0]), fds[1]
         try:
             conn.settimeout(REQUEST_TIMEOUT_S)

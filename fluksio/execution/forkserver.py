@@ -14,7 +14,9 @@ from. The message itself is ``call`` for a call of the flows the server loaded, 
 of this one that imported the package instead of the installation's flows and serves its calls just as this
 server serves the others (fluksio/execution/package_server.py), except that a call granted no GPUs (the
 message says ``"runner": true``) runs in one of its runners, which speak to the pool process as a child does
-(fluksio/execution/runners.py). On the private socket the pool process sends the call (an 8-byte length,
+(fluksio/execution/runners.py). A pool process may instead ask to *keep* a runner (``"keep": true``, the two
+descriptors then a lifeline and a channel): it hands its later calls of the package to that runner directly
+(fluksio/execution/kept.py). On the private socket the pool process sends the call (an 8-byte length,
 then JSON); the server forks a child for it and from then on:
 
 * the child sets ``CUDA_VISIBLE_DEVICES`` to its GPU ids before anything can touch CUDA, answers

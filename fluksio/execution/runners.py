@@ -23,7 +23,15 @@ call's output. The server keeps watching the call's socket meanwhile, so the gua
 * a runner only ever imports its own package: each package server has its own runners.
 
 As many runners as calls of the package run at once, up to ``most`` (the worker's cpus: its pool never runs
-more calls at once); past that, a call is forked as before. A runner idle for :data:`IDLE_S` exits, and so do
+more calls at once); past that, a call is forked as before.
+
+A pool process may also *keep* a runner (fluksio/execution/kept.py): it asks once, with a *lifeline* socket and
+a *channel*, and from then on hands the package's calls to that runner over the channel itself, with no hop
+through the fork server or the package server. The server hands the channel to a runner of its own and then
+only watches the lifeline: its end (the pool process died: a cancel) or a ``k`` on it kills the runner, a
+``q`` lets it go gently; once the runner is reaped, its exit is said on the lifeline. Such a runner is the
+pool process's alone for its life; it exits when its channel ends, its server lets go of it, or it is idle for
+:data:`IDLE_S`. A runner idle for :data:`IDLE_S` exits, and so do
 all of them once their package server stops taking calls; one told to go that has not gone within
 :data:`GRACE_S` is killed. A runner runs the exit handlers its calls registered when it ends (a forked child
 runs them after its one call).
@@ -68,6 +76,10 @@ IDLE_S = 300.0
 GRACE_S = 10.0
 #: What a runner says on its socket after each call: done, and ready for another; or done, and exiting.
 DONE, RETIRING = b"d", b"r"
+#: What a pool process says on a kept runner's lifeline: kill it now (its call must end); let it go gently.
+KILL, QUIT = b"k", b"q"
+#: A kept runner's exit code when it left between two calls: a call sent to it meanwhile never started.
+UNTAKEN = 75
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +97,8 @@ class _Runner:
     idle_since: float = 0.0
     #: When it is killed if it has not exited by then: set once it was let go.
     deadline: float | None = None
+    #: Kept by a pool process: ``conn`` is then that process's lifeline, for the runner's whole life.
+    kept: bool = False
 
 
 class Runners:
@@ -107,6 +121,48 @@ class Runners:
             return json.loads(header).get("runner") is True
         except (ValueError, AttributeError):
             return False
+
+    @staticmethod
+    def keep_asked(header: bytes) -> bool:
+        """Whether the request asks for a runner the pool process keeps (its two descriptors: lifeline, channel)."""
+        try:
+            return json.loads(header).get("keep") is True
+        except (ValueError, AttributeError):
+            return False
+
+    def keep(self, lifeline: socket.socket, channel: int) -> None:
+        """Give a runner to the pool process that sent ``lifeline`` and ``channel``, for good: the runner serves
+        calls on ``channel``; this server watches ``lifeline``. If none can be given, both are closed (the pool
+        process hears the channel end before any call started, and asks the usual way instead)."""
+        runner = None
+        try:
+            runner = self.idle.pop() if self.idle else self._start()
+            assert runner.sock is not None  # an idle or new runner was not let go
+            socket.send_fds(runner.sock, [LENGTH.pack(0)], [channel])
+        except OSError as exc:
+            log.warning("no runner could be kept: %s", exc)
+            if runner is not None:
+                self._kill(runner)
+            lifeline.close()
+            return
+        finally:
+            os.close(channel)
+        runner.kept, runner.conn = True, lifeline
+        self.server.selector.register(lifeline, selectors.EVENT_READ, partial(self._lifeline, runner, lifeline))
+
+    def _lifeline(self, runner: _Runner, lifeline: socket.socket) -> None:
+        """The pool process that keeps ``runner`` said something, or is gone: a cancel kills the runner."""
+        try:
+            said = lifeline.recv(1)
+        except OSError:
+            said = b""
+        if runner.conn is not lifeline:
+            return
+        if said == QUIT:
+            self.server.selector.unregister(lifeline)  # its exit is still said there once it is reaped
+            self._let_go(runner)
+        else:
+            self._kill(runner)
 
     def take(self, conn: socket.socket, output: int, body: bytes) -> bool:
         """Hand the call to an idle runner, or a new one; ``False`` when all ``most`` are busy (or none can be
@@ -223,9 +279,13 @@ class Runners:
         return bool(self.runners)
 
     def stop(self) -> None:
-        """The server takes no more calls: idle runners go now, busy ones once their call is done."""
+        """The server takes no more calls: idle runners go now, busy ones once their call is done (kept ones too:
+        between two calls, they see that they were let go)."""
         while self.idle:
             self._let_go(self.idle.pop())
+        for runner in list(self.runners.values()):
+            if runner.kept:
+                self._let_go(runner)
 
     def wait_s(self) -> float | None:
         """Seconds until :meth:`tick` has something to do (``None``: nothing to wait for)."""
@@ -283,6 +343,8 @@ def serve_calls(sock: socket.socket, settings: Settings, registry: FlowRegistry,
     try:
         while True:
             header, fds, _, _ = socket.recv_fds(sock, LENGTH.size, REQUEST_FDS)
+            if header == LENGTH.pack(0) and len(fds) == 1:  # kept by a pool process from now on
+                return serve_channel(socket.socket(fileno=fds[0]), sock, runtime, run, saved)
             if not header or len(header) != LENGTH.size or len(fds) != REQUEST_FDS:
                 for fd in fds:
                     os.close(fd)
@@ -298,32 +360,71 @@ def serve_calls(sock: socket.socket, settings: Settings, registry: FlowRegistry,
             made.db.dispose()
 
 
+def serve_channel(channel: socket.socket, server: socket.socket, runtime: Callable[[], Runtime], run: Runner,
+                  saved: tuple[int, int]) -> int:
+    """In a kept runner: run the calls its pool process sends on ``channel`` (each: a length, then the body; the
+    first also carries the pipe all of its calls write their output to), until the channel ends, its ``server``
+    lets go, or it is idle for :data:`IDLE_S`. Leaving between two calls, it exits with :data:`UNTAKEN`: a call
+    its pool process sent meanwhile was not read, and is asked of another runner."""
+    output: int | None = None
+    try:
+        with channel, selectors.DefaultSelector() as selector:
+            selector.register(channel, selectors.EVENT_READ, "channel")
+            selector.register(server, selectors.EVENT_READ, "server")
+            while True:
+                ready = [key.data for key, _ in selector.select(IDLE_S)]
+                if not ready or "server" in ready:
+                    return UNTAKEN  # idle too long, or let go
+                header, fds, _, _ = socket.recv_fds(channel, LENGTH.size, 1)
+                if fds:
+                    if output is not None:
+                        os.close(output)
+                    output = fds[0]
+                if not header or len(header) != LENGTH.size or output is None:
+                    return UNTAKEN if not header else 1
+                body = read_exactly(channel, LENGTH.unpack(header)[0])
+                if not run_one(channel, output, body, runtime, run, saved, kept=True):
+                    return 0
+    finally:
+        if output is not None:
+            os.close(output)
+
+
 def run_one(conn: socket.socket, output: int, body: bytes, runtime: Callable[[], Runtime], run: Runner,
-            saved: tuple[int, int]) -> bool:
+            saved: tuple[int, int], kept: bool = False) -> bool:
     """Run one call in this runner, its output on ``output``, reporting on ``conn``; whether the runner may run
-    another (not when it gave up on the call's thread: the call ran past its timeout and may still be running)."""
+    another (not when it gave up on the call's thread: the call ran past its timeout and may still be running).
+
+    ``kept``: for a pool process that keeps this runner, ``conn`` and ``output`` are its for good (neither is
+    closed), it is not told ``started`` (what it sent is taken), and the completion says whether the runner
+    takes another call (``again``)."""
+    again = False
     try:
         _flush()
         os.dup2(output, 1)
         os.dup2(output, 2)
-        os.close(output)
+        if not kept:
+            os.close(output)
         try:
             request = json.loads(body)
             if request["gpus"]:
                 raise ValueError("a runner runs calls granted no GPUs")
-            send_line(conn, {"started": os.getpid()})
+            if not kept:
+                send_line(conn, {"started": os.getpid()})
             done = run(runtime(), NodeCall.from_wire(request["call"]))
         except BaseException:
             traceback.print_exc()  # into the call's output: its logs
             raise
         finally:
             _flush()
-            os.dup2(saved[0], 1)  # the call's pipe is closed here now: its reader sees all of it
+            os.dup2(saved[0], 1)  # the call's pipe is closed here now (or only this runner's own copy is left)
             os.dup2(saved[1], 2)
-        send_line(conn, {"completion": done.to_wire()})
+        again = not any(thread.name.startswith(NODE_THREAD) and thread.is_alive() for thread in threading.enumerate())
+        send_line(conn, {"completion": done.to_wire(), "again": again} if kept else {"completion": done.to_wire()})
     finally:
-        conn.close()
-    return not any(thread.name.startswith(NODE_THREAD) and thread.is_alive() for thread in threading.enumerate())
+        if not kept:
+            conn.close()
+    return again
 
 
 def _flush() -> None:

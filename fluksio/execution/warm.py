@@ -18,9 +18,9 @@ said once in the worker's log.
 Calls of shipped code packages (:meth:`WarmStarts.run_packaged`) take the same way to their package's server
 (fluksio/execution/package_server.py). One granted GPUs is forked there as above; one granted none runs in
 one of that server's *runners* (fluksio/execution/runners.py), a process that runs the package's CPU calls one
-after another, with no fork and no new runtime per call, over the same socket and pipe and with the same
-guarantees: a cancel or a kill asked for kills it, the node's timeout is kept, the logs and outputs come
-back, it dies with the worker.
+after another, with no fork and no new runtime per call; this pool process keeps that runner for its later
+calls of the package and hands them to it directly (fluksio/execution/kept.py), with the same guarantees: a
+cancel kills it, the node's timeout is kept, the logs and outputs come back, it dies with the worker.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from typing import Any
 from fluksio.errors import NodeFailed
 from fluksio.execution.forking import LENGTH, REGISTERED
 from fluksio.execution.isolated import die_with_parent, reported, run_in_child
+from fluksio.execution.kept import KeptRunners
 from fluksio.execution.package_server import package_header
 from fluksio.execution.ran import Ran
 from fluksio.flows.node import error_types
@@ -76,6 +77,8 @@ class WarmStarts:
         self.ready = False
         #: The flows the server loaded, as it said when it was ready.
         self.flows: list[str] = []
+        #: The package runners this pool process keeps (each pool process its own).
+        self.kept = KeptRunners(lambda header, fds: socket.send_fds(self.control, [header], fds))
 
     @classmethod
     def start(cls) -> WarmStarts:
@@ -140,6 +143,15 @@ class WarmStarts:
         none, one of the server's runners (fluksio/execution/runners.py); that process keeps the timeout."""
         if not self.ready:
             return run_in_child(call, gpus, None, package=package)
+        if not gpus:
+            heard = Heard()
+            body = json.dumps({"call": call.to_wire(), "gpus": []}).encode()
+            try:
+                self.kept.run(str(package), call.code_entry or "", body, heard)
+            except OSError as exc:
+                log.debug("no kept runner for %s (%s): the call asks the fork server", package, exc)
+            else:
+                return heard.outcome(call, None)
         try:
             conn, output = self._ask(call, gpus, package_header(package, call.code_entry or "", runner=not gpus))
         except OSError as exc:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from typing import Any
 
-from celery.signals import worker_process_init, worker_ready, worker_shutting_down
+from celery.signals import worker_process_init, worker_process_shutdown, worker_ready, worker_shutting_down
 
 from fluksio.broker.connection import wait_for_broker
 from fluksio.constants import CHANGES_CHANNEL, DRIVERS_QUEUE
@@ -149,6 +149,13 @@ def _warm_or_fresh(warm: WarmStarts | None, inventory: Inventory, shipped: bool,
 
     if warm is None or why is not None:
         return run_in_child, run_package_in_child
+
+    @worker_process_shutdown.connect(weak=False)
+    def _let_runners_go(**_: Any) -> None:
+        # A pool process that ends lets its kept runners go gently (they run their calls' exit handlers), rather
+        # than have them killed when its lifelines close.
+        warm.kept.close()
+
     return warm.run, warm.run_packaged
 
 

@@ -1,12 +1,13 @@
 """Calls of shipped code packages, with real processes and without Celery: this test process plays the pool
 process that asks (fluksio/execution/warm.py), a real ``python -m fluksio.execution.forkserver`` forks a
-package server per package (fluksio/execution/package_server.py), and that forks each GPU call and hands each
-CPU call to one of its runners (fluksio/execution/runners.py). Several versions of one flow run side by side,
+package server per package (fluksio/execution/package_server.py), and that forks each GPU call and gives
+each pool process a runner of its own for its CPU calls (fluksio/execution/runners.py, kept.py). Several versions of one flow run side by side,
 none of them restarting anything, none seeing the worker's own flows."""
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -326,21 +327,82 @@ def test_calls_of_two_packages_never_share_a_runner(
     assert {parent_of(pid) for pid in pids["v1"]}.isdisjoint({parent_of(pid) for pid in pids["v2"]})
 
 
-def test_a_cancelled_cpu_call_takes_its_runner_and_the_next_call_gets_another(
+def test_a_cancelled_cpu_call_asked_of_the_server_takes_its_runner(
         warm: WarmStarts, versions: dict[str, CodePackage], cache: CodeCache, store: LocalArtifactStore,
         installation: dict[str, str]) -> None:
+    # The way a call goes when no runner can be kept: each call asks the package server for a runner.
     package = versions["v2"]
     folder = cache.checkout(store, package.digest)
-    before = warm.run_packaged(call_of(package), (), folder).outputs["seen"]["pid"]
     conn, output = warm._ask(call_of(package, "hang", "runner-cancel"), (),
                              package_header(folder, package.entry, runner=True))
     runner = wait_for_mark(marks(installation), "runner-cancel")
-    assert runner == before  # the idle runner took it
+    assert parent_of(runner) in children_of(warm.process.pid)  # a runner of the package's server
     conn.close()  # as a cancel does: the pool process is killed
     os.close(output)
     assert gone(runner)
     after = warm.run_packaged(call_of(package, tag="after"), (), folder)
     assert after.outputs["seen"]["pid"] != runner and after.outputs["seen"]["constant"] == "v2"
+
+
+def test_a_pool_process_killed_mid_call_takes_its_kept_runner_with_it(
+        warm: WarmStarts, versions: dict[str, CodePackage], cache: CodeCache, store: LocalArtifactStore,
+        installation: dict[str, str]) -> None:
+    package = versions["v2"]
+    folder = cache.checkout(store, package.digest)
+    mine = warm.run_packaged(call_of(package), (), folder).outputs["seen"]["pid"]
+    pool = os.fork()  # another pool process of the worker: it keeps a runner of its own
+    if pool == 0:
+        try:
+            warm.run_packaged(call_of(package, "hang", "kept-cancel"), (), folder)
+        finally:
+            os._exit(0)
+    runner = wait_for_mark(marks(installation), "kept-cancel")
+    assert runner != mine and parent_of(runner) == parent_of(mine)  # the same package server's
+    os.kill(pool, signal.SIGKILL)  # as a cancel does
+    os.waitpid(pool, 0)
+    assert gone(runner)
+    again = warm.run_packaged(call_of(package, tag="again"), (), folder).outputs["seen"]
+    assert again["pid"] == mine and again["constant"] == "v2"  # this process's runner was untouched
+
+
+def test_a_pool_process_interrupted_while_its_kept_runner_runs_a_call_has_the_runner_killed(
+        warm: WarmStarts, versions: dict[str, CodePackage], cache: CodeCache, store: LocalArtifactStore,
+        installation: dict[str, str]) -> None:
+    package = versions["v1"]
+    folder = cache.checkout(store, package.digest)
+
+    class Interrupted(BaseException):
+        pass
+
+    def interrupt(*_: object) -> None:
+        raise Interrupted
+
+    def interrupt_once_started() -> None:
+        wait_for_mark(marks(installation), "kept-interrupt")
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        threading.Thread(target=interrupt_once_started, daemon=True).start()
+        with pytest.raises(Interrupted):  # as a cancel raised in the pool process while it waits
+            warm.run_packaged(call_of(package, "hang", "kept-interrupt"), (), folder)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert gone(wait_for_mark(marks(installation), "kept-interrupt"))
+    after = warm.run_packaged(call_of(package, tag="after"), (), folder).outputs["seen"]
+    assert after["constant"] == "v1"
+
+
+def test_a_kept_runner_gone_between_calls_is_replaced_without_losing_the_call(
+        warm: WarmStarts, versions: dict[str, CodePackage], cache: CodeCache, store: LocalArtifactStore) -> None:
+    package = versions["v1"]
+    folder = cache.checkout(store, package.digest)
+    before = warm.run_packaged(call_of(package), (), folder).outputs["seen"]["pid"]
+    os.kill(before, signal.SIGKILL)  # idle: as one that exited after IDLE_S, or whose server let it go
+    assert gone(before)
+    after = warm.run_packaged(call_of(package, tag="replaced"), (), folder)
+    assert after.outputs["seen"]["pid"] != before and after.outputs["seen"]["constant"] == "v1"
+    assert "looked from v1" in after.logs
 
 
 def test_a_cpu_call_that_ends_its_runner_fails_with_what_it_wrote_and_the_next_call_gets_another(
@@ -354,3 +416,18 @@ def test_a_cpu_call_that_ends_its_runner_fails_with_what_it_wrote_and_the_next_c
     assert gone(before)
     after = warm.run_packaged(call_of(package), (), folder).outputs["seen"]
     assert after["pid"] != before and after["constant"] == "v1"
+
+
+def test_past_its_most_kept_runners_a_pool_process_lets_the_least_recently_used_go(
+        warm: WarmStarts, versions: dict[str, CodePackage], cache: CodeCache, store: LocalArtifactStore,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    warm.kept.close()  # none kept from earlier tests
+    monkeypatch.setattr(warm.kept, "most", 1)
+    folders = {version: cache.checkout(store, package.digest) for version, package in versions.items()}
+    first = warm.run_packaged(call_of(versions["v1"]), (), folders["v1"]).outputs["seen"]["pid"]
+    other = warm.run_packaged(call_of(versions["v2"]), (), folders["v2"]).outputs["seen"]
+    assert other["constant"] == "v2"
+    assert gone(first)  # let go gently: it left once its channel ended
+    assert [package for package, _ in warm.kept.kept] == [str(folders["v2"])]
+    again = warm.run_packaged(call_of(versions["v1"]), (), folders["v1"]).outputs["seen"]
+    assert again["pid"] != first and again["constant"] == "v1" and gone(other["pid"])

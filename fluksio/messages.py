@@ -12,6 +12,7 @@ nothing is encoded for an in-process queue.
 
 from __future__ import annotations
 
+import re
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields
@@ -32,6 +33,28 @@ def call_id(run_id: str, epoch: int, unit: str, attempt: int) -> str:
     that went before it; ``unit`` is a node, or ``node[i]`` for element i of a mapped node."""
     drive = f".r{epoch}" if epoch else ""
     return f"{run_id}{drive}.{unit}.{attempt}"
+
+
+#: A call id taken apart (made by :func:`call_id`): ``<run id>[.r<epoch>].<unit>.<attempt>``.
+_CALL_ID = re.compile(r"^(?P<run>[0-9A-Z]{26})(?:\.r(?P<epoch>\d+))?\.(?P<node>[^.]+)\.(?P<attempt>\d+)$")
+
+
+@dataclass(frozen=True)
+class CallRef:
+    """A call id taken apart: whose run, which drive of it (its epoch), which unit, which attempt."""
+
+    run_id: str
+    epoch: int
+    node: str
+    attempt: int
+
+
+def parse_call_id(text: str) -> CallRef | None:
+    """The parts of a call id, ``None`` for an id of another shape (a grant not made by a driver)."""
+    match = _CALL_ID.match(text)
+    if match is None:
+        return None
+    return CallRef(match["run"], int(match["epoch"] or 0), match["node"], int(match["attempt"]))
 
 
 class _Codec:

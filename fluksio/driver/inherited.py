@@ -1,10 +1,16 @@
-"""What a resumed run keeps from its drive before: the calls that ended while it had no driver.
+"""What a resumed run keeps from its drive before: the calls that ended while it had no driver, and those
+still running.
 
 Workers push a call's completion onto its run's inbox whether or not a driver is there to take it. When a
 run whose driver died is resumed (under a new epoch), the completions its earlier drive never took — or
 took and never journaled — still wait in the inbox. Those calls ran on the inputs the resumed run restores
 (an ``ok`` row never changes), so each is journaled as the row the earlier driver would have written, before
 the resumed drive restores its rows and sends anything: nothing that finished runs again.
+
+A call of an earlier drive whose grant is still held in the placer's books is still running (a worker gives
+its grant back just before it pushes its completion): the resumed drive *adopts* it — it counts it as its own
+call in flight, under its old id, and takes its completion when it comes — rather than send it again. If its
+machine is lost meanwhile, the drive notices as for any call of its own, and runs it again.
 """
 
 from __future__ import annotations
@@ -13,8 +19,9 @@ import logging
 
 from fluksio.broker.inbox.base import InboxMessage
 from fluksio.driver.rows import completion_rows
-from fluksio.messages import Completion
+from fluksio.messages import Completion, parse_call_id
 from fluksio.runtime import Runtime
+from fluksio.schemas import Grant
 from fluksio.store.models import RunNode
 from fluksio.store.nodes import record_nodes
 
@@ -57,3 +64,17 @@ def journal_earlier_ends(runtime: Runtime, run_id: str, epoch: int, rows: list[R
         inbox.push(run_id, message)
     inbox.forget_taken(run_id)
     return len(ended)
+
+
+def running_before(runtime: Runtime, run_id: str, epoch: int) -> dict[str, tuple[int, Grant]]:
+    """The calls of the run's earlier drives that still hold a grant (they are running): unit → (attempt,
+    grant). The grant's id is the call's id."""
+    found: dict[str, tuple[int, Grant]] = {}
+    for grants in runtime.placer.books.held().values():
+        for grant in grants:
+            ref = parse_call_id(grant.id)
+            if ref is None or ref.run_id != run_id or ref.epoch >= epoch:
+                continue
+            if ref.node not in found or found[ref.node][0] < ref.attempt:
+                found[ref.node] = (ref.attempt, grant)
+    return found

@@ -13,7 +13,7 @@ import time
 from fluksio.cache.node_cache import NodeCache
 from fluksio.driver.children import ChildRuns
 from fluksio.driver.dispatching import Dispatcher
-from fluksio.driver.inherited import journal_earlier_ends
+from fluksio.driver.inherited import journal_earlier_ends, running_before
 from fluksio.driver.journal import Journal
 from fluksio.driver.restore import restore_earlier
 from fluksio.driver.settling import Settler
@@ -24,7 +24,7 @@ from fluksio.driver.walk import Walk
 from fluksio.flows.flow import Flow
 from fluksio.messages import Cancel, ChildEnded, Completion, InboxMessage
 from fluksio.runtime import Runtime
-from fluksio.schemas import RunStatus
+from fluksio.schemas import Grant, RunStatus
 from fluksio.settings import redact_url
 from fluksio.store import family as store_family
 from fluksio.store import run_rows
@@ -67,9 +67,19 @@ class Driver:
         # them. Not reading them saves one of a short run's dozen statements.
         fresh = run is not None and run.started_at is None and not run.resume_count
         rows = [] if fresh else run_rows.node_rows(runtime.db, run_id)
-        if epoch > 0 and journal_earlier_ends(runtime, run_id, epoch, rows):
-            rows = run_rows.node_rows(runtime.db, run_id)  # a resumed run: what ended while it had no driver
-        self.s.attempts.update(restore_earlier(walk, rows))
+        running: dict[str, tuple[int, Grant]] = {}
+        if epoch > 0:  # a resumed run: what ended while it had no driver, and what still runs
+            if journal_earlier_ends(runtime, run_id, epoch, rows):
+                rows = run_rows.node_rows(runtime.db, run_id)
+            running = running_before(runtime, run_id, epoch)
+        self.s.attempts.update(restore_earlier(walk, rows, running))
+        for unit, (attempt, grant) in running.items():
+            if unit in walk.running():  # adopted: its completion is taken as this drive's own call's
+                self.s.calls.add(grant.id, unit, grant)
+                self.s.attempts[unit] = attempt
+        if self.s.calls:
+            log.info("run %s: %d call(s) of its earlier drive still run; they are adopted, none is sent again",
+                     run_id, len(self.s.calls))
         self.s.first_attempt.update(self.s.attempts)
         self.settler = Settler(self.s)
         self.children = ChildRuns(self.s)

@@ -8,7 +8,7 @@ runs again, its attempts counting on from the last.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any, Protocol
 
 from fluksio.driver.walk import Walk
@@ -25,11 +25,12 @@ class EarlierRow(Protocol):
     outputs: dict[str, Any] | None
 
 
-def restore_earlier(walk: Walk, rows: Iterable[EarlierRow]) -> dict[str, int]:
+def restore_earlier(walk: Walk, rows: Iterable[EarlierRow], running: Container[str] = ()) -> dict[str, int]:
     """Complete in ``walk`` the units that succeeded before; returns the attempt each other unit goes on from.
 
     Rows of nodes the flow no longer has are ignored (the flow may have changed since the run began).
-    Units left to run stay fresh in the walk, for the driver to take.
+    Units left to run stay fresh in the walk, for the driver to take; those ``running`` (calls of an earlier
+    drive, still running: fluksio/driver/inherited.py) are started in it instead, for the driver to adopt.
     """
     latest: dict[str, EarlierRow] = {}
     for row in rows:
@@ -51,6 +52,9 @@ def restore_earlier(walk: Walk, rows: Iterable[EarlierRow]) -> dict[str, int]:
                 walk.start(unit)
                 walk.complete(unit, found.outputs or {})
                 del next_attempt[unit]
+                continue
+            if unit in running:
+                walk.start(unit)
                 continue
             again.append(unit)
     for unit in again:

@@ -181,8 +181,14 @@ class RedisBooks(Books):
         pipe = self.redis.pipeline(transaction=False)
         for name in names:
             pipe.hgetall(GRANTS_KEY + name)
-        return {name: [self._grant(name, gid, json.loads(value)) for gid, value in sorted(grants.items())]
-                for name, grants in zip(names, pipe.execute())}
+            pipe.hget(MACHINE_KEY + name, "incarnation")  # a grants hash is void once its machine attaches again
+        replies = pipe.execute()
+        held: dict[str, list[Grant]] = {}
+        for name, grants, incarnation in zip(names, replies[::2], replies[1::2]):
+            born = incarnation.decode() if isinstance(incarnation, bytes) else incarnation
+            held[name] = [self._grant(name, gid, json.loads(value)).model_copy(update={"incarnation": born})
+                          for gid, value in sorted(grants.items())]
+        return held
 
     def alive(self, name: str) -> bool:
         return bool(self.redis.exists(HEARTBEAT_KEY + name))

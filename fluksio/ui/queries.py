@@ -16,10 +16,10 @@ from typing import Any, BinaryIO
 from fluksio.artifacts.digests import validate_digest
 from fluksio.client import Client
 from fluksio.errors import ArtifactError, FluksioError, InvalidRequest, RunNotFound, RunRejected
+from fluksio.messages import CallRef, parse_call_id
 from fluksio.schemas import RunRecord, RunStatus
 from fluksio.store.models import RunArtifact
 from fluksio.ui.downsample import downsample
-from fluksio.ui.views import CallRef, parse_call_id
 
 #: Runs one page lists when the request does not say, and the most it may ask for.
 PAGE_SIZE, PAGE_MAX = 50, 1_000

@@ -7,7 +7,6 @@ templates print the result.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,28 +19,6 @@ from fluksio.ui.svg import Bar
 
 #: Statuses of a call that did not do its work: shown first, and what a group's summary leads with.
 FAILED = ("error", "cancelled")
-#: A call id taken apart (made by ``fluksio.messages.call_id``): ``<run id>[.r<epoch>].<unit>.<attempt>``.
-_CALL_ID = re.compile(r"^(?P<run>[0-9A-Z]{26})(?:\.r(?P<epoch>\d+))?\.(?P<node>[^.]+)\.(?P<attempt>\d+)$")
-
-
-@dataclass(frozen=True)
-class CallRef:
-    """A call id taken apart."""
-
-    run_id: str
-    epoch: int
-    node: str
-    attempt: int
-
-
-def parse_call_id(text: str) -> CallRef | None:
-    """The parts of a call id, ``None`` for an id of another shape (a grant not made by a driver)."""
-    match = _CALL_ID.match(text)
-    if match is None:
-        return None
-    return CallRef(match["run"], int(match["epoch"] or 0), match["node"], int(match["attempt"]))
-
-
 def epoch_of(node: NodeRecord, resume_count: int, resumed_at: datetime | None) -> int | None:
     """Which drive of the run made this row (its calls are named with it), ``None`` when that is unknown.
 

@@ -15,10 +15,12 @@ from sqlalchemy import func, select
 
 from fluksio import Client, RunStatus
 from fluksio.client import RunHandle
+from fluksio.clock import utcnow
 from fluksio.store.models import RunMetric, RunNode
 from tests.conftest import Compass
 from tests.integration.support import cluster_flows as flows
 from tests.integration.support.cluster import Cluster
+from tests.integration.support.explorer import UiProcess
 from tests.integration.support.servers import PostgresServer, RedisServer, wait_for
 
 pytestmark = pytest.mark.integration
@@ -82,6 +84,48 @@ def test_kill_9_of_the_driver_with_auto_resume(cluster: Cluster, compass: Compas
         assert record.status is RunStatus.OK, record.status_reason
         assert record.resumed_from is RunStatus.ABANDONED and record.resume_count == 1
         wait_for(lambda: no_grant_held(cluster), 15, "a grant stayed held")
+    compass.add("faults survived")
+
+
+def test_a_driver_killed_mid_map_is_seen_driverless_and_its_return_starts_no_element_twice(
+        cluster: Cluster, compass: Compass) -> None:
+    start_driver(cluster, "drv-m", auto_resume=True)
+    ui = UiProcess(cluster.workdir, cluster.env).wait_ready()
+    try:
+        with cluster.client() as client:
+            # Four elements on a node worker with two cpus: two run (held at a gate) when the only driver dies.
+            run = client.submit(flows.gated_map, {"tag": "mapkill", "items": [0, 1, 2, 3]})
+            wait_for(lambda: len(cluster.marked("mapkill")) == 2, 30, "two elements never started")
+            cluster.kill("drv-m")
+            killed = utcnow()
+            driverless = "no driver has refreshed this run"
+            wait_for(lambda: driverless in (client.get(run.id).status_reason or ""), 15,
+                     "the client never said that no driver drives the run")
+            shown = subprocess.run([sys.executable, "-m", "fluksio.cli.main", "show", run.id], env=cluster.env,
+                                   cwd=cluster.workdir, capture_output=True, text=True, timeout=60)
+            assert driverless in " ".join(shown.stdout.split()), shown.stdout + shown.stderr
+            assert driverless in ui.api(f"/api/runs/{run.id}")["status_reason"]
+            # No `fluksio resume`: a driver coming back picks the run up, and adopts the two still running.
+            start_driver(cluster, "drv-n", auto_resume=True)
+            def driven_again() -> bool:
+                record = client.get(run.id)  # claimed again, and its drive's loop has refreshed the lease since
+                return (record.status is RunStatus.RUNNING and record.resume_count == 1 and record.started_at
+                        is not None and record.started_at > killed and record.lease_at is not None
+                        and record.lease_at > record.started_at)
+
+            wait_for(driven_again, 60, "the run was never driven again")
+            assert len(cluster.marked("mapkill")) == 2  # the two still running were adopted, not sent again
+            (cluster.marks / "gate-mapkill").write_text("go")
+            record = run.wait(timeout=90)
+            assert record.status is RunStatus.OK, record.status_reason
+            assert record.result == {"x": [0, 1, 2, 3]} and record.resume_count == 1
+            started = [name.split(".")[1] for name in cluster.marked("mapkill")]
+            assert sorted(started) == ["0", "1", "2", "3"], started  # each element started once, no more
+            rows = sorted((n.node, n.index, n.status.value) for n in record.nodes)
+            assert rows == [("element_at_gate", i, "ok") for i in range(4)], rows
+            wait_for(lambda: no_grant_held(cluster), 15, "a grant stayed held")
+    finally:
+        ui.stop()
     compass.add("faults survived")
 
 

@@ -18,7 +18,7 @@ from tests.integration.support.servers import RedisServer
 
 FLOWS_FILE = Path(__file__).with_name("cluster_flows.py")
 #: Settings a test may give the installation through ``env`` that its clients here use too.
-PASSED_SETTINGS = ("signing_key", "signing_certificate", "signing_cert_store", "secrets_dir")
+PASSED_SETTINGS = ("signing_key", "signing_certificate", "signing_cert_store", "secrets_dir", "stale_after_s")
 
 
 class Cluster:

@@ -250,3 +250,18 @@ def element_fails_while_flagged(item: int, tag: str) -> int:
     if item == 2 and (MARKS / f"{tag}.fail").exists():
         raise RuntimeError("flagged to fail")
     return item * 10
+
+
+gated_map = Flow("gated_map", inputs={"tag": str, "items": list[int]}, outputs=["x"])
+
+
+@gated_map.node(provides="x", map={"item": "items"}, resources=Resources(cpus=1))
+def element_at_gate(item: int, tag: str) -> int:
+    """Leaves ``MARKS/<tag>.<item>.<pid>.<ns>`` (one per start) and runs until the test creates
+    ``MARKS/gate-<tag>`` (at most 60 s)."""
+    MARKS.mkdir(parents=True, exist_ok=True)
+    (MARKS / f"{tag}.{item}.{os.getpid()}.{time.time_ns()}").write_text("started")
+    deadline = time.monotonic() + 60
+    while not (MARKS / f"gate-{tag}").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return item

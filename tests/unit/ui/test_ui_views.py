@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from fluksio.clock import utcnow
 from fluksio.driver.state import DriveState
-from fluksio.messages import call_id
+from fluksio.messages import call_id, parse_call_id
 from fluksio.schemas import NodeRecord, NodeStatus, RunRecord, RunStatus
 from fluksio.store.db import Database
 from fluksio.store.ids import new_run_id
@@ -21,7 +21,6 @@ from fluksio.ui.views import (
     flower_task_url,
     fmt_duration,
     group_nodes,
-    parse_call_id,
     timeline_bars,
 )
 

@@ -100,6 +100,19 @@ class OutageRetry(Retry):
         return result
 
 
+#: How long a command waits through an outage once its process is stopping, in seconds: a worker told to stop
+#: while its broker is away must go within seconds; what it leaves in the books expires with its heartbeat.
+STOPPING_OUTAGE_S = 2.0
+
+
+def stopping(client: redis.Redis) -> None:
+    """From now on, ``client``'s commands wait through an outage for :data:`STOPPING_OUTAGE_S` at most (this
+    process is stopping)."""
+    retry = client.get_retry()
+    if isinstance(retry, OutageRetry):
+        retry.outage_s = min(retry.outage_s, STOPPING_OUTAGE_S)
+
+
 def broker_client(settings: Settings) -> redis.Redis:
     """The Redis client a distributed process shares: it waits through an outage of up to
     ``broker_outage_s`` seconds (saying so on the ``fluksio.outage`` logger), never through a refused login."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from fluksio.failures import reason
 from fluksio.placement.redis import RedisBooks
 from fluksio.schemas import Inventory
 
@@ -26,8 +27,8 @@ class Heartbeat:
         while not self._stop.wait(self.interval_s):
             try:
                 self.books.heartbeat(self.inventory)
-            except Exception:  # Redis away for a moment: the next beat tries again
-                log.warning("heartbeat of %s failed", self.inventory.name, exc_info=True)
+            except Exception as exc:  # Redis away for a moment (the outage is said already): the next beat tries again
+                log.warning("heartbeat of %s failed: %s", self.inventory.name, reason(exc))
 
     def stop(self) -> None:
         self._stop.set()

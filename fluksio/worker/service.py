@@ -15,13 +15,14 @@ from typing import Any
 
 from celery.signals import worker_process_init, worker_process_shutdown, worker_ready, worker_shutting_down
 
-from fluksio.broker.connection import wait_for_broker
+from fluksio.broker.connection import stopping, wait_for_broker
 from fluksio.constants import CHANGES_CHANNEL, DRIVERS_QUEUE
 from fluksio.errors import ConfigError
 from fluksio.execution.isolated import die_with_parent, run_in_child, run_package_in_child
 from fluksio.execution.lost import settle_lost_calls
 from fluksio.execution.warm import SETTING as FORK_SERVER_SETTING
 from fluksio.execution.warm import StartOnGpus, StartPackaged, WarmStarts
+from fluksio.failures import reason
 from fluksio.placement.redis import RedisBooks
 from fluksio.provisioners import Poller
 from fluksio.routing import node_queues
@@ -88,8 +89,10 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
         # Stop being placed on at once; the calls still running give their grants back as they end. The
         # heartbeat stops first (a beat under way is waited for): it goes on while Celery shuts down, and a
         # beat that finds the machine gone attaches it again, all free, for the placer to grant calls to.
+        # Redis away now is not waited out: the machine's books go when its heartbeat expires.
+        stopping(runtime.redis)
         heartbeat.stop()
-        books.detach(inventory.name)
+        _detach(books, inventory.name, settings.heartbeat_ttl_s)
 
     # A provisioned worker (a Slurm job) gives its resources back once nothing calls it for a while.
     idle = (IdleExit(idle_timeout_s, [celery_busy, grants_held(books, inventory.name)]).start_when_ready()
@@ -105,12 +108,13 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
     finally:
         if idle is not None:
             idle.stop()
+        stopping(runtime.redis)
         heartbeat.stop()
-        introduction.withdraw()
         try:
-            books.detach(inventory.name)
-        except Exception:
-            log.warning("could not detach %s from the placer's books", inventory.name, exc_info=True)
+            introduction.withdraw()
+        except Exception as exc:  # its key expires on its own
+            log.warning("could not take back %s's introduction: %s", inventory.name, reason(exc))
+        _detach(books, inventory.name, settings.heartbeat_ttl_s)
         for child in (drivers, beat):
             if child is not None:
                 _stop_child(child)
@@ -118,6 +122,15 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
             warm.close()
         runtime.close()
     sys.exit(code or 0)
+
+
+def _detach(books: RedisBooks, machine: str, heartbeat_ttl_s: float) -> None:
+    """Leave the placer's books; when Redis cannot be reached, say so in one line (they expire on their own)."""
+    try:
+        books.detach(machine)
+    except Exception as exc:
+        log.warning("could not leave the placer's books (%s): machine %s is detached once its heartbeat expires, "
+                    "within %g s of Redis answering again", reason(exc), machine, heartbeat_ttl_s)
 
 
 def _warm_or_fresh(warm: WarmStarts | None, inventory: Inventory, shipped: bool,

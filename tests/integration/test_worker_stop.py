@@ -47,3 +47,22 @@ def test_a_worker_stopping_warmly_is_never_attached_again_after_it_left(tmp_path
         assert "attach" not in said, f"the stopping worker was attached again ({said}): {log[-1500:]}"
         assert "attaching it again" not in log, log[-1500:]
         assert not books.exists(MACHINE_KEY + "leaving")
+
+
+@pytest.mark.parametrize("drivers", [(), ("--drivers",)], ids=["node worker", "with its drivers"])
+def test_a_worker_stopped_while_its_redis_is_down_exits_within_seconds(tmp_path: Path, drivers: tuple[str, ...]
+                                                                       ) -> None:
+    with running_cluster(tmp_path, {"cut-off": ("--cpus", "1", "--gpus", "none", *drivers)}) as cluster:
+        wait_for_log(cluster, "cut-off", "nodes@cut-off ready.")
+        cluster.redis.stop()  # the broker, the books and the heartbeats: all gone at once
+        process = cluster.workers.pop("cut-off")
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            code = process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+            raise AssertionError(f"still running 10 s after SIGTERM: {cluster.log_of('cut-off')[-3000:]}") from None
+        log = cluster.log_of("cut-off")
+        assert code == 0, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]  # the heartbeat says it lost Redis in one line

@@ -1,8 +1,8 @@
 """Calls of shipped code packages, with real processes and without Celery: this test process plays the pool
 process that asks (fluksio/execution/warm.py), a real ``python -m fluksio.execution.forkserver`` forks a
 package server per package (fluksio/execution/package_server.py), and that forks each GPU call and gives
-each pool process a runner of its own for its CPU calls (fluksio/execution/runners.py, kept.py). Several versions of one flow run side by side,
-none of them restarting anything, none seeing the worker's own flows."""
+each pool process a runner of its own for its CPU calls (fluksio/execution/runners.py, kept.py). Several
+versions of one flow run side by side, none of them restarting anything, none seeing the worker's own flows."""
 
 from __future__ import annotations
 

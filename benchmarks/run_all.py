@@ -47,6 +47,7 @@ BENCHMARKS: dict[str, dict[str, list[str]]] = {
     "code_packages": {"default": [], "full": []},
     "shipped_calls": {"default": [], "full": []},
     "explorer_api": {"default": [], "full": []},
+    "cli_start": {"default": [], "full": []},
     "gpu_start": {"default": [], "full": []},
     "many_runs": {"default": [], "full": []},
     "peers": {"default": ["--prefect-chain", "40", "--prefect-fanout", "200"], "full": []},

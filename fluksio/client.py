@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import itertools
+import logging
 import threading
 import time
 import weakref
@@ -29,6 +31,8 @@ from fluksio.errors import (
     ClientClosed,
     CodecError,
     ConfigError,
+    FlowNotFound,
+    FluksioError,
     NodeFailed,
     RunRejected,
 )
@@ -39,6 +43,7 @@ from fluksio.flows.package import PackedFile, read_files, unpack
 from fluksio.runs import family
 from fluksio.runs.code import earlier, package_of
 from fluksio.runs.lease import noticed_driverless
+from fluksio.runs.listing import list_records, run_filters
 from fluksio.runs.metrics import latest_values_of_runs, series_of
 from fluksio.runs.references import output_of
 from fluksio.runs.series import MetricSeries
@@ -50,6 +55,7 @@ from fluksio.store import run_rows
 from fluksio.store.ids import new_run_id
 from fluksio.store.models import RunArtifact
 from fluksio.store.nodes import artifact_by_digest, artifacts_of
+from fluksio.store.tallies import Tallies
 from fluksio.triggers.alerts import attach_alerts
 from fluksio.triggers.schedules import Schedules
 from fluksio.worker.app import create_app, send_drive, start_sweeper
@@ -59,6 +65,10 @@ from fluksio.worker.embedded import EmbeddedWorkers
 WAIT_FIRST_S, WAIT_MAX_S = 0.005, 0.2
 #: How long closing an embedded client waits for its drivers to hand their runs over, in seconds.
 STOP_DRIVERS_S = 3.0
+#: The reason a run cancelled by an interrupted wait records.
+INTERRUPTED = "interrupted while waiting (Ctrl-C)"
+
+log = logging.getLogger(__name__)
 
 _open_clients: weakref.WeakSet[Client] = weakref.WeakSet()
 
@@ -76,12 +86,24 @@ class RunHandle:
     def status(self) -> RunStatus:
         return run_rows.run_status(self._client._runtime.db, self.id)
 
-    def wait(self, timeout: float | None = None) -> RunRecord:
+    def wait(self, timeout: float | None = None, *, cancel_on_interrupt: bool = True) -> RunRecord:
         """Block until the run ends; :class:`TimeoutError` after ``timeout`` seconds.
 
         Reads the run's row, with pauses growing to :data:`WAIT_MAX_S` in between; a run driven in this
         process (the embedded default) ends the pause as soon as its end is written.
+
+        Ctrl-C while waiting (a :class:`KeyboardInterrupt`: a notebook's interrupt too) cancels the run, as
+        ``fluksio run`` does, then raises; ``cancel_on_interrupt=False`` leaves it running (``client.handle(id)``
+        waits for it again later).
         """
+        try:
+            return self._wait(timeout)
+        except KeyboardInterrupt:
+            if cancel_on_interrupt:
+                self._cancel_interrupted()
+            raise
+
+    def _wait(self, timeout: float | None) -> RunRecord:
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = WAIT_FIRST_S
         with self._client._runtime.ends.watch(self.id) as ended:
@@ -94,6 +116,33 @@ class RunHandle:
                 if ended.wait(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic()))):
                     ended.clear()  # the row says what ended it (a resumed run is waited for again)
                 pause = min(pause * 2, WAIT_MAX_S)
+
+    def _cancel_interrupted(self) -> None:
+        """Cancel the run whose waiter was interrupted; a cancel that cannot be sent is said, never raised over
+        the interrupt."""
+        try:
+            self._client.cancel(self.id, INTERRUPTED)
+        except FluksioError as exc:
+            log.warning("run %s was not cancelled after the interrupt (%s); `fluksio cancel %s` cancels it",
+                        self.id, exc, self.id)
+
+    async def wait_async(self, timeout: float | None = None) -> RunRecord:
+        """:meth:`wait` for code in an event loop (``await run.wait_async()``): the loop runs on while the run does.
+
+        Each look at the run's row runs in a worker thread (:func:`asyncio.to_thread`), with pauses growing to
+        :data:`WAIT_MAX_S` in between. Cancelling the awaiting task stops the waiting and leaves the run running
+        (``client.cancel(run.id)`` cancels it); :class:`TimeoutError` after ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = WAIT_FIRST_S
+        while True:
+            status = await asyncio.to_thread(lambda: self.status)
+            if status.is_terminal():
+                return await asyncio.to_thread(self._client.get, self.id)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {self.id} is still {status.value} after {timeout:g} s")
+            await asyncio.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
+            pause = min(pause * 2, WAIT_MAX_S)
 
     def get(self) -> RunRecord:
         return self._client.get(self.id)
@@ -111,11 +160,22 @@ class Sweep:
     group_id: str
     runs: list[RunHandle]
 
-    def wait(self, timeout: float | None = None) -> list[RunRecord]:
+    def wait(self, timeout: float | None = None, *, cancel_on_interrupt: bool = True) -> list[RunRecord]:
         """Block until every run has ended and return their records in the order of :attr:`runs`;
-        :class:`TimeoutError` when ``timeout`` seconds (for all of them together) pass first."""
+        :class:`TimeoutError` when ``timeout`` seconds (for all of them together) pass first.
+
+        Ctrl-C while waiting cancels every run of the sweep not yet ended, then raises;
+        ``cancel_on_interrupt=False`` leaves them running.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
-        return [r.wait(None if deadline is None else max(0.0, deadline - time.monotonic())) for r in self.runs]
+        try:
+            return [r.wait(None if deadline is None else max(0.0, deadline - time.monotonic()),
+                           cancel_on_interrupt=False) for r in self.runs]
+        except KeyboardInterrupt:
+            if cancel_on_interrupt:
+                for run in self.runs:
+                    run._cancel_interrupted()
+            raise
 
 
 class Client:
@@ -148,6 +208,9 @@ class Client:
         self.schedules = Schedules(self._runtime.db, self._runtime.registry)
         #: Metric series one at a time: ``client.series.sources(run)``, ``.read(source, name)``, ``.newest(run)``.
         self.series = MetricSeries(self._runtime.db, self._check_open)
+        #: What a monitoring system counts: ``client.tallies.runs_by_status()``, calls as they finish (fluksio's
+        #: Prometheus exporter reads them, README "Monitoring").
+        self.tallies = Tallies(self._runtime.db, self._check_open)
         self._closed = False
         self._lock = threading.Lock()
         try:
@@ -211,8 +274,13 @@ class Client:
         """
         self._check_open()
         run = run_rows.get_run(self._runtime.db, run_id)
-        if self.settings.embedded:
-            self._runtime.registry.get(run.flow)  # the driver here must be able to load it
+        if self.settings.embedded and run.flow not in self._runtime.registry.names():
+            # The driver here must hold the flow, and resume takes a run, not a flow: say the setting that
+            # loads it, with where the run found it.
+            where = run.flow_ref or "path/to/file.py"
+            raise FlowNotFound(
+                f"run {run.id} is of flow {run.flow!r}, which this process has not loaded: name its file or module "
+                f"in FLUKSIO_FLOWS and resume again (FLUKSIO_FLOWS={where} fluksio resume {run.id})")
         family.resume(self._runtime, run)
         return RunHandle(self, run.id)
 
@@ -276,26 +344,15 @@ class Client:
         ``offset``: skip that many (paging).
         """
         self._check_open()
-        for name, value, least in (("limit", limit, 1), ("offset", offset, 0)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise RunRejected(f"{name} must be a whole number ≥ {least}, got {value!r}")
-        parent = self._run_filters(status, parent)
-        return [noticed_driverless(run_rows.to_record(r, []), self.settings.stale_after_s)
-                for r in run_rows.list_runs(self._runtime.db, flow, status, group, limit, schedule=schedule,
-                                            parent=parent, offset=offset)]
+        return list_records(self._runtime.db, self.settings.stale_after_s, flow, status, group, limit,
+                            schedule=schedule, parent=parent, offset=offset)
 
     def count_runs(self, flow: str | None = None, status: str | None = None, group: str | None = None,
                    schedule: str | None = None, parent: str | None = None) -> int:
         """How many runs :meth:`runs` pages through with these filters (a page's "of N")."""
         self._check_open()
-        parent = self._run_filters(status, parent)
+        parent = run_filters(self._runtime.db, status, parent)
         return run_rows.count_runs(self._runtime.db, flow, status, group, parent, schedule)
-
-    def _run_filters(self, status: str | None, parent: str | None) -> str | None:
-        """Refuse a status that is none; the full id of ``parent`` (a prefix works, a wrong id says so)."""
-        if status is not None and status not in {s.value for s in RunStatus}:
-            raise RunRejected(f"status {status!r} is not one of {', '.join(s.value for s in RunStatus)}")
-        return None if parent is None else run_rows.get_run(self._runtime.db, parent).id
 
     def schedule(self, name: str, flow: Flow | str, *, cron: str | None = None, tz: str | None = None,
                  every: str | int | timedelta | None = None, params: Mapping[str, Any] | None = None,

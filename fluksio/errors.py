@@ -7,6 +7,9 @@ text that a one-line message quotes.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class FluksioError(Exception):
     """Base of every error fluksio raises on purpose."""
@@ -111,6 +114,11 @@ class InvalidRequest(FluksioError, ValueError):
     """A request to the run explorer (its pages or JSON API) has a malformed or out-of-range argument."""
 
 
+class MetricRefused(FluksioError, ValueError):
+    """A node emitted what cannot be a metric: a name that is no metric's, a value that is not a finite number.
+    Raised at the node's own call of ``emit``, which its error and traceback point at."""
+
+
 def first_line(error: str | None, default: str = "") -> str:
     """The first non-blank line of an error text (a node's error, a child run's reason), for a one-line
     message; ``default`` when there is no text or only whitespace.
@@ -120,3 +128,14 @@ def first_line(error: str | None, default: str = "") -> str:
     """
     text = (error or "").strip()
     return text.splitlines()[0] if text else default
+
+
+def did_you_mean(word: str, choices: Iterable[str], before: str = "; ") -> str:
+    """``before`` + ``"did you mean 'lr'?"`` when ``word`` looks like a misspelling of one of ``choices``
+    (:func:`difflib.get_close_matches`), else ``""``: the end of a message that names an unknown word.
+
+    Appended at the end, so a message reads whole without it (``"'lrr' is not an input of flow 'train' (it
+    declares: epochs, lr); did you mean 'lr'?"``).
+    """
+    close = difflib.get_close_matches(word, [c for c in choices if c != word], n=1)
+    return f"{before}did you mean {close[0]!r}?" if close else ""

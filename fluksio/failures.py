@@ -157,8 +157,13 @@ def _where(url: str, default_port: int) -> tuple[str, str]:
     return host, f"{host}:{port}"
 
 
-def broker_message(url: str, exc: BaseException, timeout_s: float) -> str:
-    """One line: the broker at ``url`` could not be reached because of ``exc``, and what to check."""
+def broker_message(url: str, exc: BaseException, timeout_s: float, speaks_tls: bool | None = None) -> str:
+    """One line: the broker at ``url`` could not be reached because of ``exc``, and what to check.
+
+    ``speaks_tls``: whether the server completed a TLS handshake when asked (``None``: not asked, or it could not
+    be told). A server that closes a ``redis://`` connection is a Redis that speaks only TLS, or no Redis at
+    all (a PostgreSQL port, say): only the handshake tells them apart, and each needs its own advice.
+    """
     failure = classify(exc)
     host, where = _where(url, 6379)
     head = f"cannot reach the broker {redact_url(url)} (FLUKSIO_BROKER_URL)"
@@ -177,12 +182,21 @@ def broker_message(url: str, exc: BaseException, timeout_s: float) -> str:
               "?ssl_ca_certs=FILE (or ?ssl_cert_reqs=none to skip the check)" if "certificate" in failure.detail
               else f"TLS failed ({failure.detail}): does {where} speak TLS? a server without it needs redis://, "
                    "not rediss://"),
-        CLOSED: (f"{where} closed the connection ({failure.detail}): a server that speaks only TLS needs rediss://"
-                 if not tls else f"{where} closed the connection ({failure.detail}): check the host and the port"),
+        CLOSED: _closed_advice(where, failure.detail, tls, speaks_tls),
         NOT_REDIS: f"{where} does not answer as a Redis server ({failure.detail}): check the host and the port",
         OTHER: failure.detail,
     }[failure.kind]
     return _hide(f"{head}: {advice}", url)
+
+
+def _closed_advice(where: str, detail: str, tls: bool, speaks_tls: bool | None) -> str:
+    if tls or speaks_tls is None:
+        also = "" if tls else "; a Redis that speaks only TLS needs rediss://"
+        return f"{where} closed the connection ({detail}): check the host and the port{also}"
+    if speaks_tls:
+        return f"{where} closed the connection ({detail}) and speaks TLS: a server that speaks only TLS needs rediss://"
+    return (f"{where} closed the connection ({detail}) and speaks no TLS either: it is not a Redis server (another "
+            "service listens there?); check the host and the port (Redis listens on 6379 unless told otherwise)")
 
 
 def store_message(url: str, exc: BaseException) -> str:

@@ -18,6 +18,7 @@ from fluksio.broker.events.redis import RedisEvents
 from fluksio.broker.inbox.base import Inbox
 from fluksio.broker.inbox.memory import MemoryInbox
 from fluksio.broker.inbox.redis import RedisInbox
+from fluksio.codecs.estimators import trust
 from fluksio.flows.registry import FlowRegistry
 from fluksio.placement.backend import Books
 from fluksio.placement.placer import Placer
@@ -90,6 +91,7 @@ class Runtime:
         # Its runs' code comes from this process alone (nobody else can write its in-memory broker): it runs
         # any code package its own submits shipped, such as an earlier package run again (`--code`).
         settings = settings.model_copy(update={"accept_code": "any"})
+        trust(settings.trusted_types)
         if "auto_resume" not in settings.model_fields_set:
             # Its drivers live only as long as the command that runs them: a run one left behind is resumed by
             # `fluksio resume`, not by whichever later command happens to open the store.
@@ -112,6 +114,7 @@ class Runtime:
         :func:`~fluksio.broker.connection.wait_for_broker`).
         """
         artifacts = open_store(settings, check=True)  # a worker with an unusable bucket refuses to start
+        trust(settings.trusted_types)
         from fluksio.broker.connection import broker_client
         from fluksio.placement.redis import RedisBooks
 
@@ -130,6 +133,7 @@ class Runtime:
     def standalone(cls, settings: Settings, registry: FlowRegistry | None = None) -> Runtime:
         """Just the store, artifacts and flows: for a child process that runs one node call. ``registry``: the
         flows its fork server loaded already (default: load the installation's flows now)."""
+        trust(settings.trusted_types)
         return cls(settings=settings, db=Database(settings.database_url, outage_s=settings.db_outage_s),
                    artifacts=open_store(settings), registry=registry if registry is not None else _registry(settings),
                    placer=Placer(), inbox=MemoryInbox(), events=MemoryEvents())

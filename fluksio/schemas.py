@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -68,13 +68,14 @@ class Grant(BaseModel):
         return Resources(cpus=self.cpus, gpus=len(self.gpus), ram_mb=self.ram_mb)
 
 
-class DevicePolicy(str, Enum):
+class DevicePolicy(StrEnum):
     REQUIRE = "require"
     PREFER = "prefer"
 
 
-class RunStatus(str, Enum):
-    """Where a run is: stored in its row as the value (``"ok"``) and compared directly.
+class RunStatus(StrEnum):
+    """Where a run is: stored in its row as the value (``"ok"``) and compared directly; printed as that word
+    (``f"resumed from {status}"`` reads ``resumed from abandoned``), as every status is.
 
     A run is ``queued`` when submitted, ``running`` once a driver claims it, and then ends in one of the
     terminal statuses (:meth:`is_terminal`): ``ok``, ``error``, ``cancelled`` or ``abandoned`` (its driver's
@@ -110,7 +111,7 @@ def split_unit(unit: str) -> tuple[str, int | None]:
     return unit, None
 
 
-class NodeStatus(str, Enum):
+class NodeStatus(StrEnum):
     OK = "ok"
     ERROR = "error"
     CACHED = "cached"
@@ -148,14 +149,34 @@ class NodeRecord(BaseModel):
     child_run: str | None = None
     #: What this attempt was granted (an out-of-memory retry shows the larger ask).
     granted: Resources | None = None
+    #: The code identity the call was keyed on in the run cache: the node's function and what it uses of the
+    #: project (``None``: a row with no key, such as a skipped node's).
+    node_code: str | None = None
+    #: Why the call was not restored from the run cache (``code of `evaluate` changed``, ``inputs changed``);
+    #: ``None`` when it was, or when the cache was not asked (a retry).
+    cache_miss: str | None = None
+
+
+class DriveRecord(BaseModel):
+    """One earlier drive of a resumed run: the machine whose driver drove it, from when until its last sign of
+    life, and how it ended (the status the run was resumed from, and why)."""
+
+    epoch: int
+    driver: str | None = None
+    started_at: datetime | None = None
+    last_lease_at: datetime | None = None
+    resumed_at: datetime
+    ended_as: str
+    reason: str | None = None
 
 
 class RunRecord(BaseModel):
     """A run as the run store keeps it, with the records of its nodes' attempts (``nodes``).
 
     ``status`` follows :class:`RunStatus`; ``status_reason`` says why it is where it is (why it failed or
-    was abandoned, what it waits for). Times are aware UTC datetimes. ``started_at`` is when a driver last
-    claimed the run (again after each resume), ``finished_at`` when it ended (``None`` while it has not).
+    was abandoned, what it waits for). Times are aware UTC datetimes. ``started_at`` is when a driver first
+    claimed the run (a resumed run keeps it: its duration counts from there; ``drives`` says the earlier
+    drives), ``finished_at`` when it ended (``None`` while it has not).
     ``result`` maps the flow's result messages that were made to their values (a skipped one to ``None``),
     as the driver that ended the run wrote them: all of them for an ``ok`` run, those made so far for a run
     that failed or was cancelled; ``None`` before the end, and when the driver itself failed.
@@ -198,10 +219,15 @@ class RunRecord(BaseModel):
     #: Seconds since a driver last refreshed this running run's lease, once that is over the stale limit
     #: (``FLUKSIO_STALE_AFTER_S``): no driver is driving it. ``None`` otherwise. Set by the client as it reads.
     driverless_s: float | None = None
+    #: The machine whose driver claimed the run last, and when (``None`` before any did, or from an older store).
+    driver: str | None = None
+    drive_started_at: datetime | None = None
+    #: A resumed run's earlier drives, oldest first (empty for a run never resumed).
+    drives: list[DriveRecord] = Field(default_factory=list)
     nodes: list[NodeRecord] = Field(default_factory=list)
 
 
-class CatchUp(str, Enum):
+class CatchUp(StrEnum):
     """What a schedule does with ticks that came due while no beat ran (or while it was paused)."""
 
     #: Submit one run, for the most recent missed tick.

@@ -119,6 +119,10 @@ class Settings(BaseSettings):
     code_max_mb: float = Field(default=20.0, gt=0)
     #: A worker's on-disk cache of unpacked code packages, in MB; beyond it the least recently used go.
     code_cache_mb: float = Field(default=1024.0, gt=0)
+    #: Types a stored scikit-learn model may hold besides those skops trusts (``module.Class``, as skops names
+    #: them; comma-separated in the environment): a type made on load is code run on load (fluksio/codecs/
+    #: estimators.py). Every machine that runs or reads the flow needs the same list.
+    trusted_types: Annotated[list[str], NoDecode] = Field(default_factory=list)
     #: Celery task events (what Flower shows) from the start. Off, they cost four broker messages per
     #: call that nobody reads; `fluksio flower` switches them on in running workers when it starts.
     task_events: bool = False
@@ -192,7 +196,16 @@ class Settings(BaseSettings):
                 raise ValueError(f"pool {name!r} must have at least 1 slot, got {slots}")
         return value
 
-    @field_validator("flows", "labels", mode="before")
+    @field_validator("trusted_types")
+    @classmethod
+    def _dotted_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not all(part.isidentifier() for part in name.split(".")) or "." not in name:
+                raise ValueError(f"trusted type {name!r} is not a dotted name; write it as skops names it, "
+                                 "e.g. 'mypackage.transforms.Clip'")
+        return value
+
+    @field_validator("flows", "labels", "trusted_types", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import ExponentialBackoff, NoBackoff
@@ -29,7 +31,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from fluksio.errors import BrokerUnavailable, ConfigError
-from fluksio.failures import broker_message, classify, reason
+from fluksio.failures import CLOSED, broker_message, classify, reason
 from fluksio.outage import Notices
 from fluksio.security.tls import tls_config_error, tls_failure
 from fluksio.settings import Settings, redact_url, verified_redis_url
@@ -105,9 +107,11 @@ class OutageRetry(Retry):
 STOPPING_OUTAGE_S = 2.0
 
 
-def stopping(client: redis.Redis) -> None:
+def stopping(client: redis.Redis | None) -> None:
     """From now on, ``client``'s commands wait through an outage for :data:`STOPPING_OUTAGE_S` at most (this
-    process is stopping)."""
+    process is stopping). ``None`` (no broker): nothing to do."""
+    if client is None:
+        return
     retry = client.get_retry()
     if isinstance(retry, OutageRetry):
         retry.outage_s = min(retry.outage_s, STOPPING_OUTAGE_S)
@@ -141,9 +145,41 @@ def check_broker(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> None
         refused = tls_config_error(url, exc)  # a certificate that does not verify: configuration, not an outage
         if refused is not None:
             raise refused from None
-        raise BrokerUnavailable(broker_message(url, exc, timeout_s), transient=classify(exc).transient) from None
+        failure = classify(exc)
+        speaks = speaks_tls(url, timeout_s) if failure.kind == CLOSED and url.startswith("redis://") else None
+        raise BrokerUnavailable(broker_message(url, exc, timeout_s, speaks), transient=failure.transient) from None
     finally:
         probe.close()
+
+
+def speaks_tls(url: str, timeout_s: float) -> bool | None:
+    """Whether the server at ``url``'s host and port completes a TLS handshake, its certificate unchecked (only
+    the protocol is asked); ``None`` when that cannot be told (no host in the URL, nothing accepts a connection).
+
+    Asked of a server that closed a ``redis://`` connection at once: a Redis that speaks only TLS does that, and
+    so does a server that is no Redis at all (PostgreSQL, say). Each needs its own advice.
+    """
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port or 6379
+    except ValueError:
+        return None
+    if not host:
+        return None
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # the protocol is asked, not trust: a certificate is checked on rediss://
+    try:
+        raw = socket.create_connection((host, port), timeout=timeout_s)
+    except OSError:
+        return None
+    try:
+        with context.wrap_socket(raw, server_hostname=host):
+            return True
+    except OSError:  # a reset, an EOF or a timeout during the handshake: a server that speaks no TLS
+        return False
+    finally:
+        raw.close()
 
 
 def _check_version(probe: redis.Redis, url: str) -> None:

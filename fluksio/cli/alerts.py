@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 from rich.text import Text
 
 from fluksio.cli import render
-from fluksio.schemas import AlertRecord
 from fluksio.settings import load_settings
-from fluksio.store import alerts as alert_rows
-from fluksio.store.contact import open_run_store
+
+if TYPE_CHECKING:
+    from fluksio.schemas import AlertRecord
+
+# The run store (SQLAlchemy) is imported by the commands that read it, not by `fluksio --help`.
 
 
 @click.group()
@@ -27,6 +30,9 @@ def alerts() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def log(rule: str | None, run_id: str | None, failed: bool, limit: int, as_json: bool) -> None:
     """List alerts sent and failed, newest first."""
+    from fluksio.store import alerts as alert_rows
+    from fluksio.store.contact import open_run_store
+
     db = open_run_store(load_settings())
     try:
         records = alert_rows.list_alerts(db, rule=rule, run_id=run_id,
@@ -38,6 +44,8 @@ def log(rule: str | None, run_id: str | None, failed: bool, limit: int, as_json:
 
 
 def _alert_row(r: AlertRecord) -> list[str | Text]:
+    from fluksio.store import alerts as alert_rows
+
     return [r.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"), r.rule, r.run_id or "(sample)", r.status,
             r.target, Text(r.outcome, style="green" if r.outcome == alert_rows.SENT else "red"), str(r.attempts),
             render.short(r.error or "", 80)]
@@ -47,6 +55,8 @@ def _alert_row(r: AlertRecord) -> list[str | Text]:
 @click.argument("rule")
 def test(rule: str) -> None:
     """Send a sample alert through RULE now (one try), and say how it went; exit 1 if it failed."""
+    from fluksio.store import alerts as alert_rows
+    from fluksio.store.contact import open_run_store
     from fluksio.triggers.alerts import send_test
 
     settings = load_settings()

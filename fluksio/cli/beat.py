@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from fluksio.client import connect
 from fluksio.settings import load_settings
 
 
@@ -17,6 +16,7 @@ def beat(loglevel: str) -> None:
     Run one or several (each tick starts one run however many run). With a shared broker, ticks go to the
     drivers' queue; in the embedded default the runs also run in this process.
     """
+    from fluksio.client import connect
     from fluksio.worker.beat import run_beat, start_beat
 
     settings = load_settings()

@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.live import Live
-from rich.text import Text
 
-from fluksio.cli import live, render
-from fluksio.cli.connection import lost_connection, open_client
+from fluksio.cli import render
+from fluksio.cli.connection import lost_connection, open_client, run_store_alone
 from fluksio.cli.params import parse_grid, parse_params, parse_seeds, string_inputs
-from fluksio.client import Client, RunHandle
-from fluksio.errors import FluksioError
-from fluksio.flows.package import PackedFile
+from fluksio.errors import FluksioError, RunRejected, did_you_mean, first_line
 from fluksio.schemas import RunRecord, RunStatus, unit_of
+
+if TYPE_CHECKING:
+    from fluksio.cli import live
+    from fluksio.client import Client, RunHandle
+    from fluksio.flows.package import PackedFile
+
+# A command imports what only it needs (the client and Celery, the live display) when it runs: `fluksio --help`
+# and `fluksio runs` start without them (tests/unit/cli/test_cli_start.py).
 
 #: Exit codes: a run that did not end ``ok``, and input fluksio refused.
 EXIT_RUN_FAILED, EXIT_BAD_INPUT, EXIT_TIMED_OUT, EXIT_INTERRUPTED = 1, 2, 124, 130
@@ -46,6 +52,8 @@ class FluksioGroup(click.Group):
 
 
 def _say_error(line: str) -> None:
+    from rich.text import Text
+
     # soft_wrap: one line, however long (the terminal folds it; a log or a pipe keeps it whole).
     render.console(stderr=True).print(Text.assemble(("error:", "red"), " ", line), soft_wrap=True)
 
@@ -62,6 +70,10 @@ def _client() -> Client:
 
 def _wait_live(client: Client, handle: RunHandle, total: int, timeout: float | None, quiet: bool,
                activity: live.RunActivity | None = None) -> None:
+    from rich.live import Live
+
+    from fluksio.cli import live
+
     deadline = None if timeout is None else time.monotonic() + timeout
     out = render.console(stderr=True)
     try:
@@ -100,6 +112,8 @@ def _finish(client: Client, run_id: str, as_json: bool) -> None:
 
 def _run(flow_ref: str, params: tuple[str, ...], seed: int | None, group: str | None, no_cache: bool,
          detach: bool, timeout: float | None, as_json: bool, priority: int = 0, code: str | None = None) -> None:
+    from fluksio.cli import live
+
     with _client() as client:
         if detach and client.settings.embedded:
             raise click.UsageError("--detach needs a shared broker (FLUKSIO_BROKER_URL); the embedded default "
@@ -223,10 +237,36 @@ def sweep(flow: str, grid: tuple[str, ...], seeds: str | None, params: tuple[str
 def runs(flow: str | None, status: str | None, group: str | None, schedule_name: str | None, parent: str | None,
          limit: int, as_json: bool) -> None:
     """List runs, newest first."""
-    with _client() as client:
-        records = client.runs(flow=flow, status=status, group=group, limit=limit, schedule=schedule_name,
-                              parent=parent)
-        latest = client.latest_metrics([r.id for r in records])
+    with _collector_paused():
+        _list_runs(flow, status, group, schedule_name, parent, limit, as_json)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a short command imports and runs: its imports (SQLAlchemy's, most of
+    all) make objects that live until the process ends, and the collector's passes over them, finding nothing
+    to free, cost ~0.1 s of `fluksio runs` (benchmarks/cli_start.py). Restored after, for a caller in-process."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _list_runs(flow: str | None, status: str | None, group: str | None, schedule_name: str | None,
+               parent: str | None, limit: int, as_json: bool) -> None:
+    from fluksio.runs.listing import list_records
+    from fluksio.runs.metrics import latest_values_of_runs
+    from fluksio.settings import load_settings
+
+    settings = load_settings()
+    # The run store alone, as `client.runs()` reads it: a listing needs no client (and no Celery).
+    with run_store_alone(settings) as db:
+        records = list_records(db, settings.stale_after_s, flow=flow, status=status, group=group, limit=limit,
+                               schedule=schedule_name, parent=parent)
+        latest = latest_values_of_runs(db, [r.id for r in records])
         if as_json:
             click.echo(json.dumps([{**json.loads(r.model_dump_json()), "metrics": latest[r.id]} for r in records],
                                   indent=2))
@@ -247,9 +287,10 @@ def show(run_id: str, logs_of: str | None, as_json: bool) -> None:
             # A node's name shows every row of it (each element of a mapped node); `count[3]` one element's.
             rows = [n for n in record.nodes if logs_of in (n.node, unit_of(n.node, n.index))]
             if not rows:
-                names = ", ".join(dict.fromkeys(n.node for n in record.nodes))
-                raise click.BadParameter(f"run {record.id} has no node {logs_of!r} (nodes: {names}; an element of "
-                                         "a mapped node is node[i])", param_hint="--logs")
+                names = list(dict.fromkeys(n.node for n in record.nodes))
+                raise click.BadParameter(f"run {record.id} has no node {logs_of!r} (nodes: {', '.join(names)}; an "
+                                         f"element of a mapped node is node[i]){did_you_mean(logs_of, names)}",
+                                         param_hint="--logs")
             for row in rows:
                 click.echo(f"── {unit_of(row.node, row.index)} attempt {row.attempt} ({row.status.value}) ──")
                 click.echo(row.logs or "(no output)")
@@ -301,17 +342,30 @@ def resume(run_id: str, detach: bool, as_json: bool) -> None:
 @cli.command()
 @click.argument("run_id")
 def cancel(run_id: str) -> None:
-    """Cancel a run: a queued one never starts, a running one stops scheduling."""
+    """Cancel a run: a queued one never starts, a running one stops scheduling and its calls are killed.
+
+    A run that had already finished is left as it is, said on stderr, with exit status 2.
+    """
     with _client() as client:
-        status = client.cancel(run_id)
-        record = client.get(run_id)
-        click.echo(f"run {record.id}: {status.value}")
+        record = client.get(run_id, nodes=False)
+        if not record.status.is_terminal():
+            status = client.cancel(record.id)
+            if status is RunStatus.RUNNING:
+                click.echo(f"run {record.id}: cancelling (it stops scheduling; its running calls are killed)")
+                return
+            if status is RunStatus.CANCELLED:  # it was queued: cancelled now, nothing of it ran
+                click.echo(f"run {record.id}: cancelled")
+                return
+            record = client.get(record.id, nodes=False)  # it ended between the look and the cancel
+        reason = f" ({first_line(record.status_reason)})" if first_line(record.status_reason) else ""
+        raise RunRejected(f"run {record.id} had already finished: {record.status}{reason}; nothing to cancel")
 
 
 from fluksio.cli.alerts import alerts  # noqa: E402
 from fluksio.cli.beat import beat  # noqa: E402
 from fluksio.cli.code import code  # noqa: E402
 from fluksio.cli.flower import flower  # noqa: E402
+from fluksio.cli.metrics_server import metrics_server  # noqa: E402
 from fluksio.cli.placer import placer  # noqa: E402
 from fluksio.cli.plot import plot  # noqa: E402
 from fluksio.cli.schedule import schedule  # noqa: E402
@@ -334,10 +388,19 @@ cli.add_command(alerts)
 cli.add_command(ui)
 cli.add_command(security)
 cli.add_command(code)
+cli.add_command(metrics_server)
 
 
 def main() -> None:
-    cli(prog_name="fluksio")
+    """The ``fluksio`` console script."""
+    try:
+        cli(prog_name="fluksio")
+    finally:
+        # What the imports made lives until the process ends: frozen, it is left out of the collector's last
+        # pass over every object at exit, which took 0.1–0.15 s of `fluksio runs` (benchmarks/cli_start.py).
+        # An object in a cycle still alive now is then not finalized, which Python never promises at exit;
+        # nothing of fluksio's relies on it (stores and clients are closed by then, atexit handlers still run).
+        gc.freeze()
 
 
 if __name__ == "__main__":

@@ -144,9 +144,12 @@ FAILED_ELEMENTS_SHOWN = 10
 
 def nodes_table(record: RunRecord) -> Table:
     """A row per node call; a mapped node's elements folded into one row (``38/40 ok, 2 error``), its
-    failed elements listed under it."""
+    failed elements listed under it. The run a cached node's outputs came from has a column of its own (there
+    when some node was cached), apart from the errors."""
     table = Table(show_edge=False, header_style="bold")
-    for column in ("node", "status", "machine", "gpus", "granted", "attempt", "duration", "error"):
+    cached = any(n.cached_from for n in record.nodes)
+    for column in ("node", "status", "machine", "gpus", "granted", "attempt", "duration",
+                   *(["cached from"] if cached else []), "error"):
         table.add_column(column)
     elements: dict[str, dict[int, NodeRecord]] = {}
     for n in record.nodes:
@@ -160,25 +163,24 @@ def nodes_table(record: RunRecord) -> Table:
     shown: set[str] = set()
     for n in record.nodes:
         if n.index is None:
-            _node_row(table, n.node, n, retried=n.attempt < last[(n.node, None)])
+            _node_row(table, n.node, n, retried=n.attempt < last[(n.node, None)], cached=cached)
         elif n.node not in shown:
             shown.add(n.node)
-            _mapped_rows(table, n.node, elements[n.node])
+            _mapped_rows(table, n.node, elements[n.node], cached=cached)
     return table
 
 
-def _node_row(table: Table, name: str, n: NodeRecord, retried: bool = False) -> None:
-    """One call's row; ``retried``: a later attempt followed it (its error is why)."""
+def _node_row(table: Table, name: str, n: NodeRecord, retried: bool = False, cached: bool = False) -> None:
+    """One call's row; ``retried``: a later attempt followed it (its error is why); ``cached``: the table has the
+    column "cached from"."""
     duration = f"{n.duration_ms / 1000:.3f}s" if n.duration_ms is not None else ""
     error = (n.error or "").splitlines()[0] if n.error else ""
-    if n.cached_from:
-        error = f"cached from {n.cached_from}"
-    elif n.child_run and not error:
+    if n.child_run and not error:
         error = f"child run {n.child_run}"
     elif retried:
         error = f"retried after: {error or n.status.value}"
     table.add_row(name, styled(n.status.value), n.machine or "", ",".join(map(str, n.gpus)), granted_text(n.granted),
-                  str(n.attempt), duration, short(error, 70))
+                  str(n.attempt), duration, *([n.cached_from or ""] if cached else []), short(error, 70))
 
 
 def granted_text(granted: Resources | None) -> str:
@@ -189,7 +191,7 @@ def granted_text(granted: Resources | None) -> str:
     return " · ".join(parts + ([f"{granted.ram_mb} MB"] if granted.ram_mb else []))
 
 
-def _mapped_rows(table: Table, node: str, latest: dict[int, NodeRecord]) -> None:
+def _mapped_rows(table: Table, node: str, latest: dict[int, NodeRecord], cached: bool = False) -> None:
     counts = Counter(n.status.value for n in latest.values())
     ok = counts.pop("ok", 0) + counts.pop("cached", 0)
     status = ", ".join([f"{ok}/{len(latest)} ok", *(f"{count} {word}" for word, count in sorted(counts.items()))])
@@ -201,10 +203,31 @@ def _mapped_rows(table: Table, node: str, latest: dict[int, NodeRecord]) -> None
     note = f"failed: {', '.join(f'{node}[{n.index}]' for n in failed[:FAILED_ELEMENTS_SHOWN])}" if failed else ""
     if len(failed) > FAILED_ELEMENTS_SHOWN:
         note += f" and {len(failed) - FAILED_ELEMENTS_SHOWN} more"
+    sources = sorted({n.cached_from for n in latest.values() if n.cached_from})
+    source = sources[0] if len(sources) == 1 else f"{len(sources)} runs" if sources else ""
     table.add_row(node, Text(status, style="red" if failed else "green"), short(", ".join(machines), 30), "", "",
-                  str(max(n.attempt for n in latest.values())), span, note)
+                  str(max(n.attempt for n in latest.values())), span, *([source] if cached else []), note)
     for n in failed[:FAILED_ELEMENTS_SHOWN]:
-        _node_row(table, f"  {node}[{n.index}]", n)
+        _node_row(table, f"  {node}[{n.index}]", n, cached=cached)
+
+
+def cache_misses(record: RunRecord) -> Text | None:
+    """Why the nodes that ran were not restored from the run cache, a line per node and reason (``train: code of
+    `train` changed (4 of 4 elements)``); ``None`` when every node was cached, or none was looked up."""
+    reasons: dict[tuple[str, str], int] = {}
+    elements: dict[str, set[int]] = {}
+    for n in record.nodes:
+        if n.index is not None:
+            elements.setdefault(n.node, set()).add(n.index)
+        if n.cache_miss:
+            reasons[(n.node, n.cache_miss)] = reasons.get((n.node, n.cache_miss), 0) + 1
+    if not reasons:
+        return None
+    lines = ["not from the cache:"]
+    for (node, reason), count in reasons.items():
+        of = f" ({count} of {len(elements[node])} elements)" if node in elements else ""
+        lines.append(f"  {node}: {reason}{of}")
+    return Text("\n".join(lines), style="dim")
 
 
 def metrics_table(series: dict[str, list[tuple[int, float]]]) -> Table:
@@ -236,10 +259,15 @@ def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], a
     if record.parent_id:
         details.append(f"child of {record.parent_id} ({record.parent_node})")
     parts.append(Text(" · ".join(details), style="dim"))
+    if record.drives:
+        parts.append(drives_text(record))
     if record.code_digest:
         parts.append(code_line(record, code_files))
     if record.nodes:
         parts.append(nodes_table(record))
+        misses = cache_misses(record)
+        if misses is not None:
+            parts.append(misses)
     if series:
         parts.append(metrics_table(series))
     if artifacts:
@@ -254,6 +282,20 @@ def run_summary(record: RunRecord, series: dict[str, list[tuple[int, float]]], a
         parts.append(Text("result " + json.dumps(display_value(record.result), indent=2, default=str,
                                                  ensure_ascii=False)))
     return Group(*parts)
+
+
+def drives_text(record: RunRecord) -> Text:
+    """A resumed run's drives, a line each: where, from when to its last lease, how it ended, and how long the
+    run then went without a driver."""
+    from fluksio.ui.views import drive_rows, fmt_time
+
+    lines = []
+    for drive in drive_rows(record):
+        ended = f"{drive.ended_as}: {short(drive.reason or '', 90)}" if drive.ended_as else "driving now"
+        gap = f"; then {drive.driverless_s:.1f}s without a driver" if drive.driverless_s is not None else ""
+        lines.append(f"drive {drive.epoch} on {drive.driver} from {fmt_time(drive.started_at)} to "
+                     f"{fmt_time(drive.last_lease_at)} ({ended}){gap}")
+    return Text("\n".join(lines), style="dim")
 
 
 def code_line(record: RunRecord, files: Sequence[Any] | None) -> Text:

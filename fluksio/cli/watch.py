@@ -5,17 +5,19 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from fluksio.broker.events.redis import EventStream
 from fluksio.cli import live, render
 from fluksio.cli.connection import open_client
-from fluksio.client import Client
 from fluksio.errors import ConfigError
 from fluksio.schemas import RunRecord, RunStatus
 from fluksio.settings import load_settings
+
+if TYPE_CHECKING:
+    from fluksio.broker.events.redis import EventStream
+    from fluksio.client import Client
 
 #: Silence after which a watched run's row is read again, in seconds: a lost event must not
 #: leave ``watch --run`` waiting for a run that has already ended.

@@ -30,11 +30,14 @@ ACCEPT_CODE = get_args(Settings.model_fields["accept_code"].annotation)
                    "loads; the default), signed (also code packages shipped with a run and signed by a certificate "
                    "FLUKSIO_SIGNING_CERT_STORE trusts) or any (any shipped package: anyone who can write your Redis "
                    "can run code here).")
+@click.option("--private-store", is_flag=True,
+              help="Start without FLUKSIO_DATABASE_URL, journaling into this host's default SQLite file, which no "
+                   "other process reads (a worker is refused without it otherwise).")
 @click.option("--loglevel", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def worker(name: str | None, labels: str | None, cpus: int | None, gpus: str | None, ram_mb: int | None,
            drivers: bool, drivers_only: bool, beat: bool, profile: str | None, idle_timeout: float | None,
-           accept_code: str | None, loglevel: str) -> None:
+           accept_code: str | None, private_store: bool, loglevel: str) -> None:
     """Run a Celery worker for this machine: node calls on <label>@<name> queues, drivers with --drivers."""
     from fluksio.worker.inventory import build_inventory
     from fluksio.worker.profile import WorkerProfile, load_profile
@@ -53,6 +56,7 @@ def worker(name: str | None, labels: str | None, cpus: int | None, gpus: str | N
     )
     drivers = drivers or base.drivers
     if drivers_only:
-        run_driver_worker(settings, inventory.name, loglevel.upper(), with_beat=beat)
+        run_driver_worker(settings, inventory.name, loglevel.upper(), with_beat=beat, private_store=private_store)
     else:
-        run_node_worker(settings, inventory, drivers, loglevel.upper(), idle_timeout_s=idle_timeout, with_beat=beat)
+        run_node_worker(settings, inventory, drivers, loglevel.upper(), idle_timeout_s=idle_timeout, with_beat=beat,
+                        private_store=private_store)

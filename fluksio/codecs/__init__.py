@@ -9,8 +9,10 @@
 A node that returns a value of a codec's type has it stored as a content-addressed
 artifact automatically; the next node, on any machine with the same codec, receives
 the same type. Built in: ``numpy`` (``numpy.ndarray`` as ``.npy``), ``pandas``
-(``pandas.DataFrame`` as Parquet), ``pandas.series`` (``pandas.Series`` as Parquet)
-and ``bytes``. Installed packages add codecs through the entry-point group
+(``pandas.DataFrame`` as Parquet), ``pandas.series`` (``pandas.Series`` as Parquet),
+``bytes``, ``sklearn`` (scikit-learn estimators through skops, trusted types only), and XGBoost's and
+LightGBM's models in their own formats (``xgboost``, ``lightgbm`` and one codec per scikit-learn wrapper:
+``xgboost.regressor``, ``lightgbm.classifier`` …). Installed packages add codecs through the entry-point group
 ``fluksio.codecs`` (a :class:`Codec`, a list of them, or a function returning them).
 """
 
@@ -19,7 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from fluksio.codecs.boosters import BOOSTER_CODECS
 from fluksio.codecs.builtin import BUILTIN_CODECS, DATA_EXTRA
+from fluksio.codecs.estimators import ESTIMATOR_CODECS
 from fluksio.codecs.registry import ENTRY_POINT_GROUP, REGISTRY, Codec, CodecRegistry, from_bytes_functions
 from fluksio.codecs.stored import codec_of, codec_ref, load_value, store_value
 
@@ -27,7 +31,7 @@ __all__ = ["DATA_EXTRA", "ENTRY_POINT_GROUP", "REGISTRY", "Codec", "CodecRegistr
            "codec_of", "codec_ref", "from_bytes_functions", "load_value", "register", "register_codec",
            "store_value"]
 
-for _codec in BUILTIN_CODECS:
+for _codec in (*BUILTIN_CODECS, *ESTIMATOR_CODECS, *BOOSTER_CODECS):
     REGISTRY.add(_codec)
 
 

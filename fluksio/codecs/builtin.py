@@ -26,13 +26,13 @@ DATA_EXTRA = "fluksio[data]"
 SERIES_COLUMN, SERIES_NAME_KEY = "values", b"fluksio.series_name"
 
 
-def need(module: str, what: str) -> ModuleType:
+def need(module: str, what: str, extra: str = DATA_EXTRA) -> ModuleType:
     """``import module``, or :class:`CodecError` saying which extra brings it."""
     try:
         return import_module(module)
     except ImportError:
         raise CodecError(f"{what} needs the package {module.split('.')[0]!r}, which is not installed here: "
-                         f"pip install '{DATA_EXTRA}'") from None
+                         f"pip install '{extra}'") from None
 
 
 # -- numpy -------------------------------------------------------------------------------------------

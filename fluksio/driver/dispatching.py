@@ -106,7 +106,7 @@ class Dispatcher:
         if found is None:
             return False
         key, hit = found
-        s.journal.add(cached_row(s.run_id, unit, key, hit),
+        s.journal.add(cached_row(s.run_id, unit, key, hit, s.cache.code(split_unit(unit)[0])),
                       event={"node": unit, "status": NodeStatus.CACHED.value, "cached_from": hit.run_id})
         s.walk.start(unit)
         s.walk.complete(unit, hit.outputs)

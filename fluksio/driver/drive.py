@@ -63,7 +63,7 @@ def drive(runtime: Runtime, run_id: str, dispatch: Dispatch, revoke: Revoke,
     # its graph); a run that recorded none runs the code this process loaded. Every call carries the digest,
     # and a worker that holds other code runs the call from the run's package, or refuses it.
     code_digest = run.code_digest or runtime.registry.digest(flow)
-    epoch = run_rows.claim(db, run_id, code_digest)
+    epoch = run_rows.claim(db, run_id, code_digest, runtime.machine)
     if epoch is None:
         return  # another driver won the claim, or the run was cancelled while queued
     runtime.events.publish("run_started", run_id=run_id, flow=flow.name)

@@ -51,7 +51,7 @@ class Driver:
         walk = Walk(flow, params, max_elements=runtime.settings.max_elements)
         self.s = DriveState(
             rt=runtime, run_id=run_id, epoch=epoch, flow=flow, walk=walk,
-            cache=NodeCache(runtime.db, runtime.artifacts, flow, code_digest, use_cache, walk.inputs_of),
+            cache=NodeCache(runtime.db, runtime.artifacts, flow, code_digest, use_cache, walk.inputs_of, run_id),
             journal=Journal(runtime.db, runtime.events, run_id), dispatch=dispatch, revoke=revoke,
             code_digest=code_digest, waitlists=WaitLists(walk.elements, QUIET_S),
         )

@@ -22,12 +22,14 @@ from fluksio.store.rows import ArtifactRow, NodeRow
 
 def completion_rows(run_id: str, completion: Completion, cache_key: str | None,
                     warning: str | None = None, grant: Grant | None = None,
-                    note: str | None = None) -> tuple[NodeRow, list[ArtifactRow]]:
+                    note: str | None = None, node_code: str | None = None,
+                    cache_miss: str | None = None) -> tuple[NodeRow, list[ArtifactRow]]:
     """The node row of a finished call (with the placer's warning and the driver's ``note`` — what became of
     a failure: retried, or why not — before its logs), and its artifacts.
 
     ``cache_key`` is recorded only for an ``ok`` call whose outputs are small enough to be a cache entry;
-    ``grant`` is what the call held (its ``granted`` resources).
+    ``grant`` is what the call held (its ``granted`` resources); ``node_code`` the code identity it was keyed
+    on, ``cache_miss`` why it was not restored from the cache.
     """
     ok = completion.ok
     logs = completion.logs
@@ -42,7 +44,7 @@ def completion_rows(run_id: str, completion: Completion, cache_key: str | None,
         machine=completion.machine, gpus=list(completion.gpus), started_at=started, finished_at=finished,
         error=None if ok else completion.error, logs=logs, outputs=completion.outputs if ok else None,
         duration_ms=int((finished - started).total_seconds() * 1000) if started and finished else None,
-        granted=granted(grant),
+        granted=granted(grant), node_code=node_code, cache_miss=cache_miss,
     )
     if ok and cacheable(row.outputs):
         row.cache_key = cache_key
@@ -55,13 +57,14 @@ def completion_rows(run_id: str, completion: Completion, cache_key: str | None,
     return row, artifacts
 
 
-def cached_row(run_id: str, unit: str, cache_key: str, hit: CacheHit) -> NodeRow:
+def cached_row(run_id: str, unit: str, cache_key: str, hit: CacheHit, node_code: str | None = None) -> NodeRow:
     """The row of a unit restored from the cache: no call, the original run's outputs (and where they came from)."""
     now = utcnow()
     node, index = split_unit(unit)
     return NodeRow(run_id=run_id, node=node, element=-1 if index is None else index, attempt=1,
                    status=NodeStatus.CACHED.value, started_at=now, finished_at=now, duration_ms=0,
-                   cache_key=cache_key, outputs=hit.outputs, cached_from=hit.run_id, cached_element=hit.element)
+                   cache_key=cache_key, outputs=hit.outputs, cached_from=hit.run_id, cached_element=hit.element,
+                   node_code=node_code)
 
 
 def bare_rows(run_id: str, units: Iterable[str], attempts: Mapping[str, int], status: NodeStatus,

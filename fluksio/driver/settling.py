@@ -62,7 +62,8 @@ class Settler:
             retry, note = plan_retry(s.flow.nodes[completion.node], completion, tries, s.asks_for(unit))
         row, artifacts = completion_rows(s.run_id, completion, s.cache.key(unit) if completion.ok else None,
                                          s.warnings.get(unit), grant=sent.grant if sent is not None else grant,
-                                         note=retry.note if retry is not None else note)
+                                         note=retry.note if retry is not None else note,
+                                         node_code=s.cache.code(completion.node), cache_miss=s.cache.why(unit))
         s.journal.add(row, artifacts, {"node": unit, "status": row.status, "machine": row.machine,
                                        "attempt": row.attempt, "error": row.error})
         if completion.ok:

@@ -15,7 +15,7 @@ from typing import Any
 
 from fluksio.artifacts.artifact import REF_KEY, Artifact, find_refs
 from fluksio.artifacts.store import ArtifactStore
-from fluksio.errors import ArtifactError, NodeFailed
+from fluksio.errors import ArtifactError, FluksioError, NodeFailed
 from fluksio.execution import interrupt
 from fluksio.execution.capture import capture_output
 from fluksio.execution.emitter import Emitter
@@ -79,7 +79,7 @@ def _run(runtime: Runtime, node: NodeSpec, call: NodeCall, kwargs: dict[str, Any
             failure = failure_of(outcome["error"])
             raise NodeFailed(redact(str(failure), secrets) or "failed", error_types=failure.error_types,
                              oom=failure.oom)
-        encoded = _encode(node, outcome.get("value"), emitter.streamed, runtime.artifacts)
+        encoded = _encode(node, outcome.get("value"), emitter.outputs(), runtime.artifacts)
         if secrets and carried(encoded, secrets):
             raise NodeFailed(f"node {node.name!r} put the value of a secret into its outputs, which would store it in "
                              "the run's rows: a secret's value stays inside the node that received it")
@@ -111,8 +111,8 @@ def _call(node: NodeSpec, call: NodeCall, kwargs: dict[str, Any], limit: int, se
             try:
                 outcome["value"] = node.fn(**kwargs)
             except BaseException as exc:  # noqa: BLE001 - the node's failure is data, reported below
-                outcome["error"] = exc
-                captured.write(traceback.format_exc())
+                outcome["error"] = _at_the_callers_line(exc)
+                captured.write("".join(traceback.format_exception(exc)))
             finally:
                 interrupt.finished(call.call_id)
                 outcome["logs"] = captured.text
@@ -134,13 +134,13 @@ def _call(node: NodeSpec, call: NodeCall, kwargs: dict[str, Any], limit: int, se
 
 
 def _encode(node: NodeSpec, value: Any, streamed: dict[str, Any], store: ArtifactStore) -> dict[str, Any]:
-    """The node's outputs (and the last value of each streamed message) as JSON, codec values stored."""
+    """The node's outputs (and the last value of each message and metric it emitted) as JSON, codec values
+    stored."""
     made: list[Artifact] = []
     encoded = {m: encode(v, store, made, f"message {m!r} of node {node.name!r}", m)
                for m, v in _shape_outputs(node, value).items()}
-    for message in node.streams:
-        encoded[message] = encode(streamed.get(message), store, made,
-                                  f"streamed message {message!r} of node {node.name!r}", message)
+    for message, last in streamed.items():
+        encoded[message] = encode(last, store, made, f"streamed message {message!r} of node {node.name!r}", message)
     return encoded
 
 
@@ -164,6 +164,22 @@ def _shape_outputs(node: NodeSpec, value: Any) -> dict[str, Any]:
             problems.append(f"undeclared {', '.join(map(repr, extra))}")
         raise NodeFailed(f"node {node.name!r} returned a dict with {' and '.join(problems)}")
     return dict(value)
+
+
+def _at_the_callers_line(exc: BaseException) -> BaseException:
+    """``exc``, its traceback ending at the node's own line when fluksio raised it on purpose because of how the
+    node called it (``emit("acc", "high")``): the mistake is on that line, not inside fluksio, and the error
+    column and the logs say so. Any other exception keeps every frame (a bug of fluksio's shows where it is)."""
+    if isinstance(exc, FluksioError):
+        callers = None
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_globals.get("__name__", "").partition(".")[0] != "fluksio":
+                callers = tb
+            tb = tb.tb_next
+        if callers is not None:
+            callers.tb_next = None
+    return exc
 
 
 def failure_of(exc: BaseException) -> NodeFailed:

@@ -36,6 +36,7 @@ from fluksio.errors import FlowError
 from fluksio.flows.annotations import type_name
 from fluksio.flows.flow import Flow, InputSpec, check_include
 from fluksio.flows.node import EMIT_PARAMETER, NODE_OPTIONS, NodeOptions, NodeSpec, make_node
+from fluksio.flows.node_code import NODE_CODE, node_codes
 from fluksio.flows.package import FLOWFILE_MODULE_PREFIX
 from fluksio.flows.secret import Secret
 from fluksio.flows.subflow import Message, SubflowCall, make_subflow
@@ -120,6 +121,9 @@ class NodeEntry(_Entry):
     escalate_ram: float | None
     types: dict[str, str]
     subflow: SubflowEntry | None
+    #: The node's code identity, which keys its calls in the run cache (flows/node_code.py), worked out where
+    #: the flow was submitted: a driver that never imports the code keys on it. ``None``: the flow's whole code.
+    code: str | None = None
 
 
 class FlowEntry(_Entry):
@@ -168,9 +172,10 @@ def _shown(name: str) -> str:
 
 
 def _flow_entry(flow: Flow) -> FlowEntry:
+    codes = node_codes(flow)
     return FlowEntry(inputs=tuple(_input_entry(flow, spec) for spec in flow.inputs.values()),
                      outputs=tuple(flow.outputs) if flow.outputs is not None else None, include=flow.include,
-                     nodes=tuple(_node_entry(flow, spec) for spec in flow.nodes.values()))
+                     nodes=tuple(_node_entry(flow, spec, codes.get(spec.name)) for spec in flow.nodes.values()))
 
 
 def _input_entry(flow: Flow, spec: InputSpec) -> InputEntry:
@@ -204,7 +209,7 @@ def _type_entry(spec: InputSpec) -> dict[str, Any]:
     return {"type": _shown(type_name(declared)), "kind": kind, "class_name": cls, "json_schema": schema}
 
 
-def _node_entry(flow: Flow, spec: NodeSpec) -> NodeEntry:
+def _node_entry(flow: Flow, spec: NodeSpec, code: str | None) -> NodeEntry:
     where = f"node {spec.name!r} of flow {flow.name!r}"
     call = spec.subflow
     subflow = None if call is None else SubflowEntry(
@@ -215,7 +220,7 @@ def _node_entry(flow: Flow, spec: NodeSpec) -> NodeEntry:
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name in NodeEntry.model_fields}
     return NodeEntry.model_validate(fields | {
         "device_policy": spec.device_policy.value,
-        "optional": tuple(sorted(spec.optional)), "types": types, "subflow": subflow})
+        "optional": tuple(sorted(spec.optional)), "types": types, "subflow": subflow, "code": code})
 
 
 def _json(value: Any, what: str) -> JsonValue:
@@ -367,8 +372,9 @@ class _Builder:
                 raise FlowError(f"flow {name!r} has two nodes named {node.name!r}")
             flow.nodes[node.name] = self._node(flow, node, (*running, name))
         flow.validate()
+        codes = node_codes(flow)
         for node in entry.nodes:  # validated, so subflow nodes are resolved as the described ones were
-            _check_same(flow, node, _node_entry(flow, flow.nodes[node.name]))
+            _check_same(flow, node, _node_entry(flow, flow.nodes[node.name], codes.get(node.name)))
         self.built[name] = flow
         return flow
 
@@ -419,6 +425,7 @@ def _code_elsewhere(flow: str, node: NodeEntry, code_digest: str | None) -> Call
     rebuilt.__name__ = rebuilt.__qualname__ = node.name
     rebuilt.__annotations__ = {}
     setattr(rebuilt, TYPE_NAMES, dict(node.types))
+    setattr(rebuilt, NODE_CODE, node.code)
     return rebuilt
 
 

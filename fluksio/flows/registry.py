@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from fluksio.errors import FlowError, FlowNotFound
+from fluksio.errors import FlowError, FlowNotFound, did_you_mean
 from fluksio.flows.flow import Flow
+from fluksio.flows.node_code import node_codes
 from fluksio.flows.package import FLOWFILE_MODULE_PREFIX
 from fluksio.flows.source import loaded_digest
 
@@ -64,6 +65,9 @@ class FlowRegistry:
         if current is not None and current.flow is flow and current.nodes == len(flow.nodes):
             return flow  # registered already (every submit of a flow object comes here)
         entry = _Entry(flow, loaded_digest(flow), len(flow.nodes))
+        # The code identity of each node is read from the files while they are still the ones just loaded: a
+        # file edited later leaves the nodes of this (old) code keyed on the flow's whole digest instead.
+        node_codes(flow)
         with self._lock:
             self._flows[flow.name] = entry
             versions = self._versions.setdefault(flow.name, {})
@@ -80,7 +84,7 @@ class FlowRegistry:
             known = ", ".join(sorted(self._flows)) or "none"
             raise FlowNotFound(
                 f"no flow named {name!r} is registered here (registered: {known}); add its module or file to "
-                "FLUKSIO_FLOWS, or pass path/file.py:attr or package.module:attr"
+                f"FLUKSIO_FLOWS, or pass path/file.py:attr or package.module:attr{did_you_mean(name, self._flows)}"
             ) from None
 
     def digest(self, flow: str | Flow) -> str:
@@ -108,10 +112,24 @@ class FlowRegistry:
     def names(self) -> list[str]:
         return sorted(self._flows)
 
-    def load_sources(self, sources: list[str]) -> None:
-        """Register every flow found in each module or ``file.py`` (an ``:attr`` suffix picks one)."""
+    def load_sources(self, sources: list[str], setting: str = "FLUKSIO_FLOWS") -> None:
+        """Register every flow found in each module or ``file.py`` (an ``:attr`` suffix picks one).
+
+        ``sources`` are the value of ``setting``, which a failure names: whoever reads "no module named
+        'pkg.flows'" at a worker's start must learn where that name came from, and where Python looked.
+        """
         for source in sources:
-            for flow in load_flows(source):
+            try:
+                flows = load_flows(source)
+            except ModuleMissing as exc:
+                raise FlowNotFound(
+                    f"{setting} names {source!r}, but {exc.module!r} cannot be imported here (not installed, and "
+                    f"not under a folder on PYTHONPATH or the working directory {Path.cwd()}): install its "
+                    f"package, add the folder that holds {exc.module.split('.')[0]!r} to PYTHONPATH, or name the "
+                    f"file in {setting} (path/to/flows.py)") from None
+            except FlowNotFound as exc:
+                raise FlowNotFound(f"{setting} names {source!r}: {exc}") from None
+            for flow in flows:
                 self.register(flow)
 
     def resolve(self, reference: str | Flow) -> Flow:
@@ -144,6 +162,7 @@ def load_flows(source: str) -> list[Flow]:
             found = [n for n, v in vars(module).items() if isinstance(v, Flow)]
             raise FlowNotFound(
                 f"{target} has no flow named {attr!r} (flows there: {', '.join(found) or 'none'})"
+                f"{did_you_mean(attr, found)}"
             )
         return [flow.validate()]
     flows = [value.validate() for value in vars(module).values() if isinstance(value, Flow)]
@@ -152,12 +171,23 @@ def load_flows(source: str) -> list[Flow]:
     return flows
 
 
+class ModuleMissing(FlowNotFound):
+    """A flow's module is nowhere Python looks (``module``: the one that is missing, ``name`` or a package
+    above it)."""
+
+    def __init__(self, message: str, module: str) -> None:
+        super().__init__(message)
+        self.module = module
+
+
 def _import_module(name: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name and name.startswith(exc.name):
-            raise FlowNotFound(f"no module named {name!r}; is it installed, or did you mean a file path?") from None
+            raise ModuleMissing(f"no module named {name!r} (not installed, nor under a folder on PYTHONPATH); "
+                                "install it, add its folder to PYTHONPATH, or give a file path",
+                                exc.name) from None
         raise _import_failed(name, exc) from None
     except FlowError:
         raise

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from fluksio.errors import FlowError
+from fluksio.errors import FlowError, did_you_mean
 from fluksio.flows.node import NodeSpec, check_identifier
 
 if TYPE_CHECKING:
@@ -57,7 +57,8 @@ def make_subflow(parent: str, child: Flow, *, name: str | None, provides: Mappin
     for input_name, value in (params or {}).items():
         if input_name not in child.inputs:
             raise FlowError(f"{where}: params names {input_name!r}, which is not an input of flow {child.name!r} "
-                            f"(its inputs: {', '.join(child.inputs) or 'none'})")
+                            f"(its inputs: {', '.join(child.inputs) or 'none'})"
+                            f"{did_you_mean(input_name, child.inputs)}")
         if isinstance(value, Message):
             renamed[input_name] = check_identifier("message", value.name, where)
         else:
@@ -65,7 +66,7 @@ def make_subflow(parent: str, child: Flow, *, name: str | None, provides: Mappin
     for input_name, message in mapping.items():
         if input_name not in child.inputs:
             raise FlowError(f"{where}: map key {input_name!r} is not an input of flow {child.name!r} (its inputs: "
-                            f"{', '.join(child.inputs) or 'none'})")
+                            f"{', '.join(child.inputs) or 'none'}){did_you_mean(input_name, child.inputs)}")
         check_identifier("mapped message", message, where)
     filled = [name for name in child.inputs if name not in constants]
     requires = tuple(mapping.get(name) or renamed.get(name) or name for name in filled)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fluksio.errors import FlowError
+from fluksio.errors import FlowError, did_you_mean
 from fluksio.flows.node import NodeSpec
 
 #: Marker for "provided by the flow's parameters".
@@ -35,7 +35,8 @@ def validate_graph(
         raise FlowError(f"flow {flow_name!r} has no nodes; add one with @flow.node")
     providers = providers_of(inputs, nodes, flow_name)
     missing = sorted(
-        f"{m!r} ({'required by' if m in node.requires else 'the condition of'} {node.name!r})"
+        f"{m!r} ({'required by' if m in node.requires else 'the condition of'} {node.name!r}"
+        f"{did_you_mean(m, providers, before=', ')})"
         for node in nodes.values() for m in node.needs if m not in providers
     )
     if missing:
@@ -47,8 +48,10 @@ def validate_graph(
     if outputs is not None:
         orphans = [o for o in outputs if o not in providers]
         if orphans:
+            guesses = "".join(did_you_mean(o, providers, before=f"; for {o!r} ") for o in orphans)
             raise FlowError(
-                f"flow {flow_name!r}: output(s) {', '.join(map(repr, orphans))} are provided by no node or input"
+                f"flow {flow_name!r}: output(s) {', '.join(map(repr, orphans))} are provided by no node or input "
+                f"(known messages: {', '.join(sorted(providers)) or 'none'}){guesses}"
             )
     cycle = find_cycle(nodes, providers)
     if cycle:

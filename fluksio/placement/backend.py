@@ -126,6 +126,8 @@ class WaitingCall:
     pool: str | None = None
     #: Its place in the order of waiting calls (``turns.order_key``); every listed call has one.
     order: str = ""
+    #: The device label it asks for (``None``: none).
+    label: str | None = None
 
 
 class Books(ABC):

@@ -209,7 +209,7 @@ class MemoryBooks(Books):
         since = listed.since if listed is not None else now
         self._waiting[ask.call_id] = WaitingCall(
             ask.call_id, ask.run_id, ask.node, ask.listed(refusal.reason), since, seen_at=now,
-            priority=ask.priority, pool=ask.kind.pool, order=order)
+            priority=ask.priority, pool=ask.kind.pool, order=order, label=ask.label)
 
     def _unlist(self, call_id: str) -> bool:
         """Take a call off the list; whether it was on it."""

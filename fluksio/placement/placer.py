@@ -184,7 +184,7 @@ class Placer:
             plan, inventories = self._plan_for(request, cached=False)
         assert plan.kind is not None  # every plan kept has its kind
         ask = Ask(request.call_id, plan.kind, request.priority, plan.clamped_from, request.run_id, request.node,
-                  plan.waiting.reason, request.detail)
+                  plan.waiting.reason, request.detail, request.device)
         # Listed even when no machine could take it, so that it keeps its place for when one attaches.
         now = self._clock()
         outcome = self.books.claim(ask, inventories, now, self.stale_after_s)
@@ -309,10 +309,11 @@ class Placer:
                 }
                 for v in sorted(self.books.machines(), key=lambda v: v.inventory.name)
             ],
-            # In the order they will be granted: highest priority first, then oldest.
+            # In the order they will be granted: highest priority first, then oldest. ``label``: the device
+            # label the call asks for (``None``: none).
             "waiting": [
                 {"run_id": w.run_id, "node": w.node, "reason": w.reason, "waiting_s": round(now - w.since, 1),
-                 "priority": w.priority, "pool": w.pool}
+                 "priority": w.priority, "pool": w.pool, "label": w.label}
                 for w in self.books.waiting(stale_after_s)
             ],
             "pools": [{"name": name, "slots": self.pools[name], "in_use": len(holders), "calls": holders}

@@ -264,7 +264,7 @@ class RedisBooks(Books):
         generation = cache.generation if cache is not None else ""  # nothing read yet: the script says stale
         kind_id, kind_json = ask.kind.encoded
         listing = json.dumps({"run_id": ask.run_id, "node": ask.node, "priority": ask.priority,
-                              "pool": ask.kind.pool})
+                              "pool": ask.kind.pool, "label": ask.label})
         reply = self._claim(keys=redis_claim.KEYS, args=[
             *scripts.PREFIXES, WAIT_KIND_KEY, generation, ask.call_id,
             ask.clamped_from.model_dump_json() if ask.clamped_from else "", kind_id, kind_json,
@@ -352,7 +352,8 @@ class RedisBooks(Books):
             priority = int(data.get("priority") or 0)
             calls.append(WaitingCall(call_id, data["run_id"], data["node"], data["reason"], data["since"],
                                      seen_at=seen_at, priority=priority, pool=data.get("pool") or None,
-                                     order=data.get("order") or order_key(priority, data["since"], call_id)))
+                                     order=data.get("order") or order_key(priority, data["since"], call_id),
+                                     label=data.get("label") or None))
         # Marks of calls no longer listed (kept just as they were taken off) go too.
         stale += [raw_id for raw_id in seen if raw_id not in bodies]
         if stale:  # checked again inside the script: a driver may have kept one meanwhile

@@ -3,7 +3,7 @@
 ``CLAIM`` is ``turns`` (the order of waiting calls, backfill that never overtakes) played in Redis for
 every driver on every host: keep the two alike. Who waits lives in four places, always changed
 together by these scripts: the waiting hash (call id → JSON: run_id, node, reason, since, priority,
-pool, kind, order), the waiting-seen hash (call id → when its driver last kept it), the kinds hash
+pool, label, kind, order), the waiting-seen hash (call id → when its driver last kept it), the kinds hash
 (kind id → what its calls ask for, as JSON: cpus, gpus, ram_mb, groups, pool, limit) and one sorted set
 per kind, of its calls' order keys (``turns.order_key``; every score 0, so members sort bytewise).
 """

@@ -95,6 +95,8 @@ class Ask:
     reason: str = "waiting for a machine"
     #: Who waits, when it is more than one call (``12 of 40 elements``): put before the reason it is listed under.
     detail: str | None = None
+    #: The device label the call asks for (``None``: none), listed with it for those who count waiting calls.
+    label: str | None = None
 
     def listed(self, reason: str) -> str:
         """The reason as ``fluksio placer`` lists it."""

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
 
-class RequestState(str, Enum):
+class RequestState(StrEnum):
     #: Submitted (or being submitted); its worker has not attached yet. At most one per profile.
     PENDING = "pending"
     #: Its worker dialled back; the job runs until that worker has been idle for the profile's idle timeout.

@@ -63,7 +63,8 @@ class MetricSink:
 
 def _following_cache(db: Database, run_id: str, read: Callable[[Database, str], dict[str, T]]) -> dict[str, T]:
     """``read`` for the run, plus, for each node restored from the cache, what ``read`` gives for the run
-    that made its outputs (only the names that node streams)."""
+    that made its outputs (only the names that node emitted: its outputs keep each one's last value, see
+    fluksio/execution/emitter.py)."""
     found = read(db, run_id)
     origins: dict[str, dict[str, T]] = {}
     for row in node_rows(db, run_id):

@@ -14,7 +14,7 @@ from typing import Any
 from fluksio.artifacts.artifact import REF_KEY, find_refs
 from fluksio.artifacts.digests import DIGEST_FORM, DIGEST_PATTERN, looks_like_digest
 from fluksio.artifacts.store import ArtifactStore
-from fluksio.errors import OutputNotFound, RunNotFound, RunRejected
+from fluksio.errors import OutputNotFound, RunNotFound, RunRejected, did_you_mean
 from fluksio.schemas import RunStatus
 from fluksio.store.db import Database
 from fluksio.store.models import RunArtifact
@@ -69,7 +69,8 @@ def output_of(db: Database, run_id: str, output: str) -> Any:
         return artifact_ref(made_artifact)
     state = "" if run.status == RunStatus.OK.value else f" (it ended {run.status})"
     listing = ", ".join(sorted(made)) or "none"
-    raise OutputNotFound(f"run {run.id} made no output {output!r}{state}; the outputs it did make: {listing}")
+    raise OutputNotFound(f"run {run.id} made no output {output!r}{state}; the outputs it did make: {listing}"
+                         f"{did_you_mean(output, made)}")
 
 
 def _artifact(db: Database, artifacts: ArtifactStore, name: str, value: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from fluksio.artifacts.store import ArtifactStore
 from fluksio.cache.keys import canonical
 from fluksio.clock import utcnow
 from fluksio.codecs import REGISTRY, Codec, codec_for, codec_of, store_value
-from fluksio.errors import CodecError, RunRejected
+from fluksio.errors import CodecError, RunRejected, did_you_mean
 from fluksio.flows.flow import Flow, InputSpec
 from fluksio.flows.package import FLOWFILE_MODULE_PREFIX
 from fluksio.flows.registry import FlowRegistry
@@ -64,7 +64,8 @@ def validate_params(flow: Flow, params: Any, seed: int | None,
     declared = ", ".join(sorted(flow.inputs)) or "nothing"
     for name in params:
         if name not in flow.inputs:
-            raise RunRejected(f"{name!r} is not an input of flow {flow.name!r} (it declares: {declared})")
+            raise RunRejected(f"{name!r} is not an input of flow {flow.name!r} (it declares: {declared})"
+                              f"{did_you_mean(str(name), flow.inputs)}")
     values = dict(params)
     if seed is not None and SEED_INPUT in flow.inputs and SEED_INPUT not in values:
         values[SEED_INPUT] = seed

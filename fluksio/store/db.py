@@ -25,7 +25,7 @@ from fluksio.settings import redact_url
 T = TypeVar("T")
 
 #: The newest migration (a test checks it is Alembic's head), so a store already there needs no Alembic.
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0007"
 #: Where Alembic finds our migrations (a package resource, so it works when installed).
 MIGRATIONS = "fluksio.store:migrations"
 #: How long SQLite waits for another writer before failing, in milliseconds.

@@ -104,8 +104,31 @@ class Run(Base):
     #: The schedule whose tick submitted the run, and that tick's time.
     schedule: Mapped[str | None] = mapped_column(String(200), index=True)
     schedule_tick: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    #: The machine whose driver claimed the run last, and when (``started_at`` stays the first claim's).
+    driver: Mapped[str | None] = mapped_column(String(MAX_NAME_LENGTH))
+    drive_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (Index("ix_runs_status_lease", "status", "lease_at"),)
+
+
+class RunDrive(Base):
+    """One earlier drive of a resumed run: which machine drove it, from when until its last lease, and how it
+    ended. Written when the run is resumed (the run's own row then describes the drive that follows)."""
+
+    __tablename__ = "run_drives"
+
+    run_id: Mapped[str] = mapped_column(String(26), primary_key=True)
+    #: The drive's epoch: how often the run had been resumed when it was claimed.
+    epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
+    driver: Mapped[str | None] = mapped_column(String(MAX_NAME_LENGTH))
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    #: The drive's last sign of life: its last lease, or its end.
+    last_lease_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    #: When the run was resumed after it.
+    resumed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: The status the run was resumed from (``abandoned``: its driver died or stopped), and why.
+    ended_as: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
 
 
 class RunNode(Base):
@@ -113,7 +136,8 @@ class RunNode(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    node: Mapped[str] = mapped_column(String(MAX_NAME_LENGTH))
+    #: Indexed: why a call found nothing in the cache is told by the node's newest earlier call (cache/node_cache.py).
+    node: Mapped[str] = mapped_column(String(MAX_NAME_LENGTH), index=True)
     #: A mapped node's element (0-based position in the product); -1 for a node that is not mapped.
     #: Not NULL: the unique key below must tell two attempts of an unmapped node apart, and NULLs never clash.
     element: Mapped[int] = mapped_column(Integer, default=-1, server_default="-1")
@@ -136,6 +160,9 @@ class RunNode(Base):
     #: element that made them there (an element's series are named after it: ``loss[3]``).
     cached_from: Mapped[str | None] = mapped_column(String(26))
     cached_element: Mapped[int | None] = mapped_column(Integer)
+    #: The code identity the call was keyed on (flows/node_code.py), and why it was not restored from the cache.
+    node_code: Mapped[str | None] = mapped_column(String(80))
+    cache_miss: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (UniqueConstraint("run_id", "node", "element", "attempt", name="uq_run_nodes_attempt"),)
 

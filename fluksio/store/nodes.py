@@ -12,11 +12,11 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from fluksio.schemas import NodeStatus
 from fluksio.store.db import Database, retried
-from fluksio.store.models import RunArtifact, RunNode
+from fluksio.store.models import Run, RunArtifact, RunNode
 from fluksio.store.rows import ArtifactRow, NodeRow
 
 __all__ = ["ArtifactRow", "NodeRow", "artifact_by_digest", "artifact_of_run", "artifacts_of", "cache_entries",
-           "node_values", "record_nodes"]
+           "last_call", "node_values", "record_nodes"]
 
 
 @retried
@@ -51,7 +51,7 @@ def node_values(row: NodeRow | RunNode) -> dict[str, Any]:
         "machine": row.machine, "gpus": row.gpus or [], "started_at": row.started_at,
         "finished_at": row.finished_at, "duration_ms": row.duration_ms, "error": row.error, "logs": row.logs,
         "cache_key": row.cache_key, "outputs": row.outputs, "cached_from": row.cached_from,
-        "cached_element": row.cached_element,
+        "cached_element": row.cached_element, "node_code": row.node_code, "cache_miss": row.cache_miss,
     }
 
 
@@ -91,6 +91,24 @@ def cache_entries(db: Database, key: str, limit: int) -> list[tuple[str, int | N
     return [(cached_from, cached_element, outputs) if cached_from else (run_id, None if element < 0 else element,
                                                                          outputs)
             for run_id, element, cached_from, cached_element, outputs in rows]
+
+
+def last_call(db: Database, flow: str, node: str, other_than: str) -> tuple[str | None, bool] | None:
+    """``(code identity, whether it left a cache entry)`` of the newest call of ``node`` of flow ``flow`` that
+    ended ``ok`` or ``cached`` in a run other than ``other_than``; ``None`` when there is none.
+
+    Not retried: it only explains a cache miss (see ``fluksio.cache.node_cache``).
+    """
+    with db.read() as session:
+        row = session.execute(
+            select(RunNode.node_code, RunNode.cache_key.is_not(None))
+            .join(Run, Run.id == RunNode.run_id)
+            .where(RunNode.node == node, Run.flow == flow, RunNode.run_id != other_than,
+                   RunNode.status.in_([NodeStatus.OK.value, NodeStatus.CACHED.value]))
+            .order_by(RunNode.id.desc())
+            .limit(1)
+        ).first()
+    return None if row is None else (row[0], bool(row[1]))
 
 
 @retried

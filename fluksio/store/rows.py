@@ -37,6 +37,8 @@ class NodeRow:
     outputs: dict[str, Any] | None = None
     cached_from: str | None = None
     cached_element: int | None = None
+    node_code: str | None = None
+    cache_miss: str | None = None
 
 
 @dataclass(slots=True)

@@ -6,16 +6,16 @@ from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Connection, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, Connection, DateTime, String, Text, func, insert, literal, or_, select, update
 from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from fluksio.clock import utcnow
 from fluksio.errors import RunNotFound, RunRejected
-from fluksio.schemas import NodeRecord, NodeStatus, Resources, RunRecord, RunStatus
+from fluksio.schemas import DriveRecord, NodeRecord, NodeStatus, Resources, RunRecord, RunStatus
 from fluksio.store.db import Database, retried
-from fluksio.store.models import Run, RunNode
+from fluksio.store.models import Run, RunDrive, RunNode
 from fluksio.store.status import RESUMABLE, allowed_from
 
 
@@ -74,18 +74,20 @@ def _transition(connection: Connection, run_id: str, target: RunStatus, epoch: i
 
 
 @retried
-def claim(db: Database, run_id: str, code_digest: str | None) -> int | None:
+def claim(db: Database, run_id: str, code_digest: str | None, driver: str | None = None) -> int | None:
     """``queued → running``: exactly one of several claimers gets the run's *epoch*, the others ``None``.
 
     The epoch (how often the run was resumed) guards every later write of this driver: once the run is
-    resumed by someone else, a driver that lost it can no longer write to it.
+    resumed by someone else, a driver that lost it can no longer write to it. ``driver``: the claimer's
+    machine. A resumed run keeps its first ``started_at`` (its duration counts from there).
     """
     now = utcnow()
     with db.write_connection() as connection:
         return connection.scalar(
             update(Run)
             .where(Run.id == run_id, Run.status == RunStatus.QUEUED.value, Run.cancel_requested.is_(False))
-            .values(status=RunStatus.RUNNING.value, started_at=now, lease_at=now,
+            .values(status=RunStatus.RUNNING.value, started_at=func.coalesce(Run.started_at, now), lease_at=now,
+                    drive_started_at=now, driver=driver,
                     code_digest=func.coalesce(Run.code_digest, code_digest), status_reason=None)
             .returning(Run.resume_count)
         )
@@ -160,10 +162,12 @@ def requeue_stale_once(db: Database, stale_after_s: float, flows: Collection[str
     Returns ``(run id, flow)`` of each, to hand to a driver. One try, as :func:`abandon_stale_once`.
     """
     now = utcnow()
+    where = [*_stale(now, stale_after_s, spare), of_flows(flows, shipped), Run.cancel_requested.is_(False)]
     with db.write() as session:
+        _keep_drives(session, where, now, RunStatus.ABANDONED.value, _lease_lost(stale_after_s))
         return [(str(run_id), str(flow)) for run_id, flow in session.execute(
             update(Run)
-            .where(*_stale(now, stale_after_s, spare), of_flows(flows, shipped), Run.cancel_requested.is_(False))
+            .where(*where)
             .values(**_requeued(RunStatus.ABANDONED, f"resumed automatically: {_lease_lost(stale_after_s)}", now))
             .returning(Run.id, Run.flow)
         )]
@@ -179,12 +183,13 @@ def requeue_handed_over(db: Database, run_id: str, epoch: int, reason: str) -> b
     Like :func:`requeue_stale`, recorded as resumed from ``abandoned`` without ever showing that status.
     Returns whether the run was still this driver's to hand over.
     """
+    where = [Run.id == run_id, Run.status == RunStatus.RUNNING.value, Run.cancel_requested.is_(False),
+             *_mine(epoch)]
+    now = utcnow()
     with db.write() as session:
+        _keep_drives(session, where, now, RunStatus.ABANDONED.value, reason)
         return _rowcount(session.execute(
-            update(Run)
-            .where(Run.id == run_id, Run.status == RunStatus.RUNNING.value, Run.cancel_requested.is_(False),
-                   *_mine(epoch))
-            .values(**_requeued(RunStatus.ABANDONED, f"resumed automatically: {reason}"))
+            update(Run).where(*where).values(**_requeued(RunStatus.ABANDONED, f"resumed automatically: {reason}", now))
         )) == 1
 
 
@@ -196,6 +201,25 @@ def _requeued(previous: RunStatus, reason: str, now: datetime | None = None) -> 
     return dict(status=RunStatus.QUEUED.value, resumed_from=previous.value, resumed_at=now,
                 resume_count=Run.resume_count + 1, lease_at=now, cancel_requested=False, finished_at=None,
                 result=None, duration_ms=None, status_reason=reason, park_state=None)
+
+
+def _keep_drives(session: Session, where: Sequence[Any], now: datetime, ended_as: str, reason: Any) -> None:
+    """Before the runs ``where`` selects are resumed: keep the drive each of them is leaving as a
+    :class:`RunDrive` (its machine, start and last lease are about to be overwritten). ``reason``: words, or
+    a column. A drive kept already (a second resumer racing this one) is left as it is."""
+    drives = (
+        select(Run.id, Run.resume_count, Run.driver, Run.drive_started_at, Run.lease_at,
+               literal(now, DateTime(timezone=True)), literal(ended_as, String()),
+               literal(reason, Text()) if reason is None or isinstance(reason, str) else reason)
+        .where(*where, Run.drive_started_at.is_not(None))
+    )
+    try:
+        with session.begin_nested():
+            session.execute(insert(RunDrive).from_select(
+                ["run_id", "epoch", "driver", "started_at", "last_lease_at", "resumed_at", "ended_as", "reason"],
+                drives))
+    except IntegrityError:
+        pass
 
 
 def _stale(now: datetime, stale_after_s: float, spare: Collection[str]) -> list[Any]:
@@ -244,11 +268,12 @@ def resume(db: Database, run_id: str) -> RunStatus:
     if previous not in RESUMABLE:
         hint = "it finished ok; submit it again to rerun" if previous is RunStatus.OK else "it has not ended"
         raise RunRejected(f"run {run.id} is {previous.value}: nothing to resume ({hint})")
+    where = [Run.id == run.id, Run.status == previous.value]
+    now = utcnow()
     with db.write() as session:
+        _keep_drives(session, where, now, previous.value, Run.status_reason)
         moved = _rowcount(session.execute(
-            update(Run)
-            .where(Run.id == run.id, Run.status == previous.value)
-            .values(**_requeued(previous, f"resumed from {previous.value}"))
+            update(Run).where(*where).values(**_requeued(previous, f"resumed from {previous.value}", now))
         ))
     if not moved:
         raise RunRejected(f"run {run.id} changed status while being resumed; look at it again")
@@ -414,7 +439,8 @@ def node_rows(db: Database, run_id: str) -> list[RunNode]:
 #: which a record leaves out) nor its cache key.
 RECORD_COLUMNS = (RunNode.node, RunNode.status, RunNode.machine, RunNode.gpus, RunNode.started_at,
                   RunNode.finished_at, RunNode.duration_ms, RunNode.error, RunNode.logs, RunNode.cached_from,
-                  RunNode.attempt, RunNode.element, RunNode.child_run, RunNode.granted)
+                  RunNode.attempt, RunNode.element, RunNode.child_run, RunNode.granted, RunNode.node_code,
+                  RunNode.cache_miss)
 
 
 def node_record(n: Any) -> NodeRecord:
@@ -424,7 +450,7 @@ def node_record(n: Any) -> NodeRecord:
         started_at=n.started_at, finished_at=n.finished_at, duration_ms=n.duration_ms, error=n.error,
         logs=n.logs, cached_from=n.cached_from, attempt=n.attempt,
         index=None if n.element is None or n.element < 0 else n.element, child_run=n.child_run,
-        granted=Resources(**n.granted) if n.granted else None,
+        granted=Resources(**n.granted) if n.granted else None, node_code=n.node_code, cache_miss=n.cache_miss,
     )
 
 
@@ -438,8 +464,16 @@ def to_record(run: Run, nodes: Sequence[Any]) -> RunRecord:
         resumed_from=RunStatus(run.resumed_from) if run.resumed_from else None,
         priority=run.priority or 0, parent_id=run.parent_id, parent_node=run.parent_node,
         schedule=run.schedule, schedule_tick=run.schedule_tick, lease_at=run.lease_at,
-        parked=run.park_state is not None, nodes=[node_record(n) for n in nodes],
+        parked=run.park_state is not None, driver=run.driver, drive_started_at=run.drive_started_at,
+        nodes=[node_record(n) for n in nodes],
     )
+
+
+def drive_records(session: Session, run_id: str) -> list[DriveRecord]:
+    """The earlier drives of a resumed run, oldest first."""
+    return [DriveRecord(epoch=d.epoch, driver=d.driver, started_at=d.started_at, last_lease_at=d.last_lease_at,
+                        resumed_at=d.resumed_at, ended_as=d.ended_as, reason=d.reason)
+            for d in session.scalars(select(RunDrive).where(RunDrive.run_id == run_id).order_by(RunDrive.epoch))]
 
 
 @retried
@@ -458,4 +492,5 @@ def load_record(db: Database, run_id: str) -> RunRecord:
     with db.read() as session:
         run = _find(session, run_id)
         nodes = session.execute(select(*RECORD_COLUMNS).where(RunNode.run_id == run.id).order_by(RunNode.id)).all()
-    return to_record(run, nodes)
+        drives = drive_records(session, run.id) if run.resume_count else []
+    return to_record(run, nodes).model_copy(update={"drives": drives}) if drives else to_record(run, nodes)

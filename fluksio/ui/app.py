@@ -14,6 +14,7 @@ from tornado.web import Application
 from fluksio.ui import api, pages
 from fluksio.ui.base import STATIC, NotFound, static_files
 from fluksio.ui.context import Explorer, check_bind
+from fluksio.ui.scrape import scrape_route
 
 #: A run id or a unique prefix of one, as a path segment.
 _RUN = r"([0-9A-Za-z]+)"
@@ -36,6 +37,7 @@ def routes(explorer: Explorer) -> list[tuple[Any, ...]]:
         (rf"{base}/api/runs/{_RUN}/(cancel|resume)", api.RunActionApi, given),
         (rf"{base}/api/machines", api.MachinesApi, given),
         (rf"{base}/api/artifacts/([^/]+)", api.ArtifactApi, given),
+        scrape_route(rf"{base}/metrics", explorer),
         (rf"{base}/static/(.*)", static_files(explorer), {"path": str(STATIC)}),
         (rf"{base}(?:/.*)?", NotFound, given),
     ]

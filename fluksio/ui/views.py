@@ -213,6 +213,36 @@ def artifact_refs(value: Any) -> list[dict[str, Any]]:
     return []
 
 
+@dataclass(frozen=True)
+class DriveRow:
+    """One drive of a run as its page lists it: the earlier ones, then the one now (``ended_as`` ``None``)."""
+
+    epoch: int
+    driver: str
+    started_at: datetime | None
+    last_lease_at: datetime | None
+    ended_as: str | None
+    reason: str | None
+    #: Seconds from its last sign of life to the next drive's start (``None``: the last drive, or unknown).
+    driverless_s: float | None
+
+
+def drive_rows(record: RunRecord) -> list[DriveRow]:
+    """A resumed run's drives, oldest first, each with the time the run then spent without a driver; empty for
+    a run never resumed."""
+    if not record.drives:
+        return []
+    rows = []
+    starts = [d.started_at for d in record.drives[1:]] + [record.drive_started_at]
+    for drive, next_start in zip(record.drives, starts, strict=True):
+        gap = (next_start - drive.last_lease_at).total_seconds() if next_start and drive.last_lease_at else None
+        rows.append(DriveRow(drive.epoch, drive.driver or "?", drive.started_at, drive.last_lease_at,
+                             drive.ended_as, drive.reason, None if gap is None else max(0.0, gap)))
+    now = record.resume_count
+    rows.append(DriveRow(now, record.driver or "?", record.drive_started_at, record.lease_at, None, None, None))
+    return rows
+
+
 def fmt_time(moment: datetime | None) -> str:
     """``2026-11-30 05:48:12`` (UTC, as the store keeps it); empty when unknown."""
     return moment.strftime("%Y-%m-%d %H:%M:%S") if moment is not None else ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any
 
@@ -20,6 +21,24 @@ from fluksio.runs.lease import Sweeper
 from fluksio.runtime import Runtime
 from fluksio.security.celery_signing import secure, signing_config
 from fluksio.settings import Settings, verified_redis_url
+
+
+#: Longest pause between two tries of sending a message through a broker outage, in seconds.
+PUBLISH_RETRY_MAX_S = 0.5
+
+
+def publish_retry_policy(outage_s: float) -> dict[str, Any]:
+    """kombu's retry policy for sending a message (Celery's ``task_publish_retry_policy``): it tries again for
+    about ``outage_s`` seconds, pausing 0, 0.1 … 0.5 seconds, then :data:`PUBLISH_RETRY_MAX_S`, between tries.
+
+    Celery's default gives up within a second: a driver sending a call while Redis restarts lost the call's
+    attempt (a node without retries, its run), though every other Redis command of a connected process waits
+    through ``FLUKSIO_BROKER_OUTAGE_S`` (fluksio/broker/connection.py). Found by the fault soak
+    (tests/integration/test_soak.py)."""
+    # The six pauses up to the longest add up to three of the longest: three tries more than the longest
+    # pause goes into the outage.
+    return {"max_retries": math.ceil(outage_s / PUBLISH_RETRY_MAX_S) + 3, "interval_start": 0,
+            "interval_step": 0.1, "interval_max": PUBLISH_RETRY_MAX_S}
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -42,6 +61,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_ignore_result": True,
         "task_routes": {DRIVE_TASK: {"queue": DRIVERS_QUEUE}},
         "broker_connection_retry_on_startup": True,
+        # A message sent while the broker restarts waits for it, as other Redis commands do.
+        "task_publish_retry_policy": publish_retry_policy(settings.broker_outage_s),
         "worker_hijack_root_logger": False,
         # Events are for Flower; it switches them on in the workers it watches (`fluksio flower`).
         "task_send_sent_event": settings.task_events,

@@ -47,6 +47,21 @@ def require_distributed(settings: Settings) -> None:
     require_redis_broker(settings)
 
 
+def require_shared_store(settings: Settings, private_store: bool) -> None:
+    """A worker journals into the run store every process of the installation reads.
+
+    A run store left at its default is a SQLite file in the worker's working directory: the runs it drove and
+    the calls it ran would be written where no client, driver or other worker looks, and nothing would say so.
+    So it is refused, unless ``private_store`` (``--private-store``) says it is meant.
+    """
+    if "database_url" not in settings.model_fields_set and not private_store:
+        raise ConfigError(
+            "fluksio worker needs the installation's run store, and FLUKSIO_DATABASE_URL is not set: set it "
+            "(e.g. postgresql+psycopg://USER@HOST/fluksio, or sqlite:////ABSOLUTE/PATH.db when every process runs "
+            f"on this host) in the environment or fluksio.toml; --private-store journals into "
+            f"{settings.database_url} here, which no other process reads")
+
+
 def _fresh_connections_after_fork(runtime: Runtime) -> None:
     @worker_process_init.connect(weak=False)
     def _reset(**_: Any) -> None:
@@ -56,8 +71,9 @@ def _fresh_connections_after_fork(runtime: Runtime) -> None:
 
 
 def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool, loglevel: str,
-                    idle_timeout_s: float | None = None, with_beat: bool = False) -> None:
+                    idle_timeout_s: float | None = None, with_beat: bool = False, private_store: bool = False) -> None:
     require_distributed(settings)
+    require_shared_store(settings, private_store)
     require_code_trust(settings)
     # Started first, so that it loads the flows while this process does; the pool forks after it is ready. GPU
     # calls start warm from it, and so do the calls of shipped code packages (each package gets a server).
@@ -79,7 +95,7 @@ def run_node_worker(settings: Settings, inventory: Inventory, with_drivers: bool
     settle_lost_calls(runtime)  # a pool process killed mid-call (the OOM killer) ends its call here
     if with_drivers:
         load_alert_rules(settings)  # a bad rules file stops this command, not just its drivers' process
-    drivers = _spawn_driver_process(inventory.name, loglevel) if with_drivers else None
+    drivers = _spawn_driver_process(inventory.name, loglevel, private_store) if with_drivers else None
     beat = spawn_beat_process(loglevel) if with_beat else None
     books.attach(inventory)
     heartbeat = Heartbeat(books, inventory, settings.heartbeat_interval_s)
@@ -180,8 +196,10 @@ def _stop_child(child: subprocess.Popen[bytes]) -> None:
         child.kill()
 
 
-def run_driver_worker(settings: Settings, name: str, loglevel: str, with_beat: bool = False) -> None:
+def run_driver_worker(settings: Settings, name: str, loglevel: str, with_beat: bool = False,
+                      private_store: bool = False) -> None:
     require_distributed(settings)
+    require_shared_store(settings, private_store)
     runtime = Runtime.distributed(settings, machine=name)
     wait_for_broker(settings)
     attach_alerts(runtime)  # drivers end runs, and their sweeper abandons runs: both tell the alerts
@@ -238,7 +256,7 @@ def spawn_beat_process(loglevel: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, preexec_fn=die_with_parent)  # noqa: PLW1509 - only sets PDEATHSIG
 
 
-def _spawn_driver_process(name: str, loglevel: str) -> subprocess.Popen[bytes]:
+def _spawn_driver_process(name: str, loglevel: str, private_store: bool) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "fluksio.cli.main", "worker", "--name", name, "--drivers-only",
-               "--loglevel", loglevel]
+               "--loglevel", loglevel, *(["--private-store"] if private_store else [])]
     return subprocess.Popen(command, preexec_fn=die_with_parent)  # noqa: PLW1509 - only sets PDEATHSIG

@@ -181,6 +181,6 @@ def test_alerts_test_sends_a_sample_and_alerts_log_lists_it(tmp_path: Path, rece
 def test_a_bad_rules_file_is_one_line_naming_the_rule_and_field(tmp_path: Path) -> None:
     path = tmp_path / "rules.json"
     path.write_text(json.dumps([{"name": "x", "statuses": ["failed"], "webhook": {"url": "https://h.example.org"}}]))
-    done = fluksio("runs", cwd=tmp_path, FLUKSIO_ALERTS=str(path))
+    done = fluksio("show", "01J0000000", cwd=tmp_path, FLUKSIO_ALERTS=str(path))  # any command that opens a client
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "rule 0 ('x'): statuses.0: 'failed' is not a status a run ends in" in done.stderr

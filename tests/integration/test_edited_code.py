@@ -19,6 +19,7 @@ import pytest
 from fluksio import RunStatus, connect
 from fluksio.cache.keys import cache_key
 from fluksio.cache.lookup import lookup
+from fluksio.flows.node_code import node_codes
 from fluksio.flows.source import code_digest
 from tests.integration.support.cluster import Cluster
 from tests.integration.support.servers import RedisServer
@@ -94,7 +95,7 @@ def test_a_worker_started_before_the_edit_refuses_calls_of_runs_submitted_with_t
             "FLUKSIO_ACCEPT_CODE=signed (or any) on stale-a (`fluksio worker --accept-code signed`) to run shipped "
             "code, or restart it on the same code")
         spec = client.flow("edited").nodes["step"]
-        key = cache_key("edited", spec, edited_digest, {"x": 1})
+        key = cache_key("edited", spec, node_codes(client.flow("edited"))["step"], {"x": 1})
         assert lookup(client._runtime.db, client._runtime.artifacts, key) is None
 
         # Restarted as the message says, the worker loads the edited code and the run goes through on it.

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -109,9 +110,9 @@ def test_a_driver_killed_mid_map_is_seen_driverless_and_its_return_starts_no_ele
             start_driver(cluster, "drv-n", auto_resume=True)
             def driven_again() -> bool:
                 record = client.get(run.id)  # claimed again, and its drive's loop has refreshed the lease since
-                return (record.status is RunStatus.RUNNING and record.resume_count == 1 and record.started_at
-                        is not None and record.started_at > killed and record.lease_at is not None
-                        and record.lease_at > record.started_at)
+                started = record.drive_started_at
+                return (record.status is RunStatus.RUNNING and record.resume_count == 1 and started is not None
+                        and started > killed and record.lease_at is not None and record.lease_at > started)
 
             wait_for(driven_again, 60, "the run was never driven again")
             assert len(cluster.marked("mapkill")) == 2  # the two still running were adopted, not sent again
@@ -123,6 +124,20 @@ def test_a_driver_killed_mid_map_is_seen_driverless_and_its_return_starts_no_ele
             assert sorted(started) == ["0", "1", "2", "3"], started  # each element started once, no more
             rows = sorted((n.node, n.index, n.status.value) for n in record.nodes)
             assert rows == [("element_at_gate", i, "ok") for i in range(4)], rows
+            # Its history: the drive that died, on which machine, and the time without a driver; the duration
+            # counts from the first start.
+            [dead] = record.drives
+            assert (dead.epoch, dead.driver, dead.ended_as) == (0, "drv-m", "abandoned") and record.driver == "drv-n"
+            assert dead.last_lease_at is not None and record.drive_started_at is not None
+            assert record.drive_started_at - dead.last_lease_at >= timedelta(seconds=3)  # the stale limit at least
+            assert record.started_at is not None and record.started_at < killed
+            assert record.duration_ms == int((record.finished_at - record.started_at).total_seconds() * 1000)
+            page = ui.get(f"/runs/{run.id}").body.decode()
+            assert 'id="drives"' in page and "drv-m" in page and "drv-n" in page and "abandoned" in page
+            shown = subprocess.run([sys.executable, "-m", "fluksio.cli.main", "show", run.id], env=cluster.env,
+                                   cwd=cluster.workdir, capture_output=True, text=True, timeout=60)
+            said = " ".join(shown.stdout.split())
+            assert "drive 0 on drv-m" in said and "without a driver" in said and "drive 1 on drv-n" in said, said
             wait_for(lambda: no_grant_held(cluster), 15, "a grant stayed held")
     finally:
         ui.stop()

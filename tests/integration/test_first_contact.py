@@ -397,6 +397,7 @@ def walk_table(port: int) -> dict[str, Command]:
         "beat": Command(["beat"], both, waits_for_broker=True),
         "flower": Command(["flower", "--port", str(port)], both, serving="Flower on http://"),  # + the explorer
         "ui": Command(["ui", "--port", "0"], both, serving="run explorer on http://"),
+        "metrics-server": Command(["metrics-server", "--port", "0"], both, serving="metrics on http://"),
         "db upgrade": Command(["db", "upgrade"], frozenset({"store"})),
         "alerts log": Command(["alerts", "log"], frozenset({"store"})),
         "alerts test": Command(["alerts", "test", "no-such-rule"], frozenset({"store"})),

@@ -119,6 +119,14 @@ def test_tls_messages_tell_a_distrusted_certificate_from_a_server_without_tls() 
     assert "?ssl_ca_certs=FILE" in broker_message("rediss://h:6379/0", certificate, 3.0)
 
 
+def test_a_closed_connection_is_told_as_tls_or_as_no_redis_by_the_handshake() -> None:
+    closed = next(exc for exc, kind in REDIS_CASES if kind == CLOSED)
+    assert broker_message("redis://h:5432/0", closed, 3.0, speaks_tls=True).endswith(
+        "and speaks TLS: a server that speaks only TLS needs rediss://")
+    no_redis = broker_message("redis://h:5432/0", closed, 3.0, speaks_tls=False)
+    assert "it is not a Redis server" in no_redis and "rediss" not in no_redis
+
+
 def test_a_password_a_library_quotes_is_hidden_too() -> None:
     message = broker_message("redis://:s3cr3t@h:1/0", rx.ConnectionError("bad password s3cr3t given"), 3.0)
     assert "s3cr3t" not in message and "***" in message

@@ -46,7 +46,7 @@ FORBIDDEN = frozenset({"celery", "kombu", "sqlalchemy", "redis", "alembic"})
 #: Modules with no Celery, no SQL, no Redis: unit-tested in microseconds (docs/architecture.md).
 PURE = [
     "fluksio.flows.flow", "fluksio.flows.node", "fluksio.flows.validation", "fluksio.flows.source",
-    "fluksio.flows.imports",
+    "fluksio.flows.imports", "fluksio.flows.statements", "fluksio.flows.node_code",
     "fluksio.placement.books", "fluksio.placement.clamp", "fluksio.placement.backend", "fluksio.placement.memory",
     "fluksio.placement.placer", "fluksio.placement.turns", "fluksio.placement.wakeups",
     "fluksio.driver.walk", "fluksio.driver.retrying", "fluksio.driver.verdict", "fluksio.driver.rows",

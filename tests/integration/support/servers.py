@@ -155,11 +155,21 @@ class RedisServer:
                 time.sleep(0.05)
         raise RuntimeError(f"redis-server did not answer on port {self.port}; see {self.workdir / 'redis.log'}")
 
-    def stop(self) -> None:
-        if self.process is not None:
+    def stop(self, keep_data: bool = False) -> None:
+        """Stop the server. Its data is lost (it runs without persistence), unless ``keep_data``: then it saves
+        a snapshot as it shuts down, which :meth:`start` loads again, as a Redis with persistence restarts."""
+        if self.process is None:
+            return
+        snapshot = self.workdir / "dump.rdb"
+        if keep_data:
+            import redis
+
+            redis.Redis.from_url(self.url, socket_timeout=10).shutdown(save=True)
+        else:
+            snapshot.unlink(missing_ok=True)  # an earlier restart's: starting from it would bring back old data
             self.process.terminate()
-            self.process.wait(10)
-            self.process = None
+        self.process.wait(10)
+        self.process = None
 
 
 class PostgresServer:

@@ -18,6 +18,7 @@ from fluksio.cache.keys import cache_key
 from fluksio.cache.lookup import lookup
 from fluksio.driver.drive import drive
 from fluksio.execution.call import execute_call
+from fluksio.flows.node_code import node_codes
 from fluksio.flows.registry import FlowRegistry
 from fluksio.flows.source import code_digest
 from fluksio.messages import NodeCall
@@ -136,8 +137,8 @@ def test_a_worker_that_loaded_other_code_than_the_driver_refuses_the_call(runtim
         assert f"restart `fluksio worker` on {runtime.machine} (or the drivers)" in row.error
     assert runtime.placer.snapshot()["machines"][0]["free"]["cpus"] == 4  # the grant was given back
     spec = driver.get("edited").nodes["step"]
-    key = cache_key("edited", spec, driver.digest("edited"), {"x": 1})
-    assert lookup(runtime.db, runtime.artifacts, key) is None  # nothing recorded under the run's digest
+    key = cache_key("edited", spec, node_codes(driver.get("edited"))["step"], {"x": 1})
+    assert lookup(runtime.db, runtime.artifacts, key) is None  # nothing recorded under the run's code
     # Restarting the stale side, as the message says, makes both load the same code: the run goes through.
     fixed = get_run(runtime.db, run_once(runtime, driver, driver))
     assert fixed.status == RunStatus.OK.value

@@ -253,6 +253,25 @@ def a_pool_the_placer_does_not_know_is_refused_with_the_pools_there_are():
         placer.try_claim(ask("c1", pool="gpus"))
 
 
+# -- who waits, as a monitoring system counts it ----------------------------------------------------------
+
+
+@scenario
+def each_waiting_call_is_listed_with_its_label_and_a_reason_of_a_known_kind():
+    from fluksio.placement.reasons import WaitKind, wait_kind
+
+    placer = placer_with(machine("box", cpus=1, labels=("gpu",)), pools={"licenses": 1})
+    hog = granted(placer.try_claim(ask("hog", pool="licenses")))
+    waits(placer.try_claim(ask("tpu", device="tpu")), Why.MACHINES)  # no machine carries the label
+    waits(placer.try_claim(ask("busy", device="gpu")), Why.MACHINES)  # the one that does is full
+    waits(placer.try_claim(ask("licensed", pool="licenses")), Why.POOL)
+    placer.release(hog)
+    waits(placer.try_claim(ask("late")), Why.BEHIND)  # "busy" waited first and can use the free cpu now
+    listed = {w["node"]: (w["label"], wait_kind(w["reason"])) for w in placer.snapshot()["waiting"]}
+    assert listed == {"tpu": ("tpu", WaitKind.NO_MACHINE), "busy": ("gpu", WaitKind.RESOURCES),
+                      "licensed": (None, WaitKind.POOL), "late": (None, WaitKind.TURN)}
+
+
 # -- the order's keys and queue (pure) ------------------------------------------------------------------
 
 

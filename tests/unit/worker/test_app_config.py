@@ -64,3 +64,21 @@ def test_flowers_app_signs_its_control_commands_too(tmp_path):
                               signing_certificate=me.certificate, signing_cert_store=store_of(tmp_path / "s", me)))
     assert app.conf.task_serializer == "auth" and app.conf.accept_content == ["auth"]
     assert app.control.mailbox.serializer == "auth"  # enable_events, revoke …: signed like any task
+
+
+@pytest.mark.parametrize("outage_s", [0, 2, 30, 60])
+def test_a_message_is_tried_again_through_a_broker_outage_of_broker_outage_s(monkeypatch, outage_s):
+    # Counted by kombu's own retry loop, the one a publish goes through, with its pauses summed, not slept.
+    import kombu.utils.functional
+
+    slept: list[float] = []
+    monkeypatch.setattr(kombu.utils.functional, "sleep", slept.append)
+    policy = celery_config(Settings(broker_url="redis://127.0.0.1:6390/0",
+                                    broker_outage_s=outage_s))["task_publish_retry_policy"]
+
+    def refused() -> None:
+        raise ConnectionRefusedError
+
+    with pytest.raises(ConnectionRefusedError):
+        kombu.utils.functional.retry_over_time(refused, ConnectionRefusedError, **policy)
+    assert outage_s <= sum(slept) <= outage_s + 1

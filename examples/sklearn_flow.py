@@ -1,15 +1,18 @@
 """A scikit-learn project as a flow: fitted models travel between nodes as values, metrics need no declaration.
 
 Needs ``pip install 'fluksio[data,sklearn]'``; run it with
-``fluksio run examples/sklearn_flow.py -p n_alphas=5 --seed 1``. The graph::
+``fluksio run examples/sklearn_flow.py:flow -p n_alphas=5 --seed 1``. The graph::
 
     load ─► split ─► fit ×n (map over alphas: one Ridge pipeline each) ─► pick ─► predict
-    propose ─────────┘
+    propose ─────────┘                                                    └─► evaluate (a subflow: a child run)
+                                                                                 └─► judge ─► publish (if good enough)
 
 Each fitted pipeline is stored through skops (codec ``sklearn``, never pickle) and arrives at ``pick``, on
 whichever machine runs it, as a pipeline that predicts the same. ``fluksio show RUN`` names the codec of
 every stored model and lists the metrics the nodes emitted without declaring them: ``train_r2[0]`` …
-one per alpha, and ``test_r2`` (one step per alpha). The diabetes data ships with scikit-learn: no download.
+one per alpha, and ``test_r2`` (one step per alpha). The best pipeline then crosses into a child run that
+evaluates it on its own (``evaluate``), and is published only when that score reaches ``threshold``. The
+diabetes data ships with scikit-learn: no download.
 """
 
 from __future__ import annotations
@@ -22,12 +25,26 @@ from sklearn.model_selection import train_test_split
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from fluksio import Flow
+from fluksio import Flow, Message
+
+evaluation = Flow(
+    "diabetes_evaluation",
+    inputs={"model": Pipeline, "X_test": np.ndarray, "y_test": np.ndarray},
+    outputs=["r2", "mean_abs_error"],
+)
+
+
+@evaluation.node(provides=["r2", "mean_abs_error"])
+def evaluate(model: Pipeline, X_test: np.ndarray, y_test: np.ndarray) -> dict:
+    """The model as it arrived in this child run, scored on data it never saw."""
+    errors = np.abs(model.predict(X_test) - y_test)
+    return {"r2": round(float(model.score(X_test, y_test)), 6), "mean_abs_error": round(float(errors.mean()), 3)}
+
 
 flow = Flow(
     "diabetes",
-    inputs={"n_alphas": (int, 5), "test_size": (float, 0.25), "seed": int},
-    outputs=["best", "best_alpha", "best_r2", "predictions"],
+    inputs={"n_alphas": (int, 5), "test_size": (float, 0.25), "seed": int, "threshold": (float, 0.3)},
+    outputs=["best", "best_alpha", "best_r2", "predictions", "confirmed_r2", "published"],
 )
 
 
@@ -70,3 +87,19 @@ def pick(models: list[Pipeline], alphas: list[float], X_test: np.ndarray, y_test
 @flow.node(provides="predictions")
 def predict(best: Pipeline, X_test: np.ndarray) -> np.ndarray:
     return best.predict(X_test)
+
+
+# The best pipeline, a value like any other, is the child run's input; its outputs come back as messages.
+flow.subflow(evaluation, name="evaluate", params={"model": Message("best")},
+             provides={"r2": "confirmed_r2", "mean_abs_error": "mean_abs_error"})
+
+
+@flow.node(provides="good_enough")
+def judge(confirmed_r2: float, threshold: float) -> bool:
+    return confirmed_r2 >= threshold
+
+
+@flow.node(provides="published", when="good_enough")
+def publish(best_alpha: float, confirmed_r2: float, mean_abs_error: float) -> dict:
+    """Only when the child run's score reaches the threshold (else skipped, and ``published`` is null)."""
+    return {"alpha": best_alpha, "r2": confirmed_r2, "mean_abs_error": mean_abs_error}

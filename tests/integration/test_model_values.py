@@ -57,6 +57,13 @@ def check_the_example_run(client: Client, record: RunRecord, n_alphas: int, cach
     codecs = {(a.node, a.message, a.codec) for a in client.artifacts(record.id)}
     if not cached:
         assert {("fit", "models", "sklearn"), ("pick", "best", "sklearn"), ("load", "frame", "pandas")} <= codecs
+    # The best pipeline crossed into a child run (the subflow `evaluate`), which scored it as `pick` did, and
+    # it was published behind the threshold.
+    evaluated = node_of(record, "evaluate")
+    assert evaluated.child_run is not None and client.get(evaluated.child_run).status is RunStatus.OK
+    assert record.result["confirmed_r2"] == pytest.approx(record.result["best_r2"], abs=1e-6)
+    if record.result["confirmed_r2"] >= record.params.get("threshold", 0.3):
+        assert record.result["published"]["r2"] == record.result["confirmed_r2"]
     series = client.metrics(record.id)
     assert sorted(series) == ["test_r2", *(f"train_r2[{i}]" for i in range(n_alphas))]
     assert [step for step, _ in series["test_r2"]] == list(range(n_alphas))
@@ -67,6 +74,13 @@ def check_the_example_run(client: Client, record: RunRecord, n_alphas: int, cach
 def test_the_example_flow_hands_its_fitted_pipelines_from_node_to_node(client: Client) -> None:
     record = client.submit(flows.diabetes, {"n_alphas": 4}, seed=3).wait(timeout=180)
     check_the_example_run(client, record, 4)
+
+
+def test_a_model_below_the_threshold_is_evaluated_but_not_published(client: Client) -> None:
+    record = client.submit(flows.diabetes, {"n_alphas": 2, "threshold": 0.99}, seed=3).wait(timeout=180)
+    assert record.status is RunStatus.OK, (record.status_reason, [n.error for n in record.nodes])
+    assert record.result["confirmed_r2"] < 0.99 and record.result["published"] is None
+    assert node_of(record, "publish").status.value == "skipped"
 
 
 def test_a_rerun_restores_every_node_and_their_undeclared_metrics_follow(client: Client) -> None:
@@ -154,7 +168,8 @@ def test_the_example_runs_from_the_command_line_and_show_names_the_codec_and_the
         return subprocess.run([sys.executable, "-m", "fluksio.cli.main", *args], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=180)
 
-    done = fluksio("run", str(REPO / "examples" / "sklearn_flow.py"), "-p", "n_alphas=3", "--seed", "1", "--json")
+    done = fluksio("run", f"{REPO / 'examples' / 'sklearn_flow.py'}:flow", "-p", "n_alphas=3", "--seed", "1",
+                   "--json")
     assert done.returncode == 0, done.stderr
     record = json.loads(done.stdout)
     assert record["status"] == "ok" and record["result"]["best"]["$artifact"]["codec"] == "sklearn"

@@ -7,10 +7,11 @@ took and never journaled — still wait in the inbox. Those calls ran on the inp
 (an ``ok`` row never changes), so each is journaled as the row the earlier driver would have written, before
 the resumed drive restores its rows and sends anything: nothing that finished runs again.
 
-A call of an earlier drive whose grant is still held in the placer's books is still running (a worker gives
-its grant back just before it pushes its completion): the resumed drive *adopts* it — it counts it as its own
-call in flight, under its old id, and takes its completion when it comes — rather than send it again. If its
-machine is lost meanwhile, the drive notices as for any call of its own, and runs it again.
+A call of an earlier drive whose grant is still held in the placer's books, and that a worker started, is
+still running (a worker gives its grant back just before it pushes its completion): the resumed drive
+*adopts* it — it counts it as its own call in flight, under its old id, and takes its completion when it
+comes — rather than send it again. If its machine is lost meanwhile, the drive notices as for any call of
+its own, and runs it again. A grant no worker started is voided instead, and its unit sent again.
 """
 
 from __future__ import annotations
@@ -67,13 +68,25 @@ def journal_earlier_ends(runtime: Runtime, run_id: str, epoch: int, rows: list[R
 
 
 def running_before(runtime: Runtime, run_id: str, epoch: int) -> dict[str, tuple[int, Grant]]:
-    """The calls of the run's earlier drives that still hold a grant (they are running): unit → (attempt,
-    grant). The grant's id is the call's id."""
+    """The calls of the run's earlier drives that a worker started and that still hold their grant (they are
+    running): unit → (attempt, grant). The grant's id is the call's id.
+
+    A grant held for a call no worker started is one its driver died between claiming and sending (or whose
+    message waits in a queue still): the resumed drive starts it itself — one atomic step, the one a worker
+    takes before it runs a call, so that no delivery of that message can run it from now on — gives it back,
+    and sends the unit again. One a worker did start (the step refuses this drive) is adopted.
+    """
+    books = runtime.placer.books
     found: dict[str, tuple[int, Grant]] = {}
-    for grants in runtime.placer.books.held().values():
+    for grants in books.held().values():
         for grant in grants:
             ref = parse_call_id(grant.id)
             if ref is None or ref.run_id != run_id or ref.epoch >= epoch:
+                continue
+            if books.start(grant, f"resumed {run_id} r{epoch}"):  # never started: void it, send the unit again
+                books.give(grant)
+                log.info("run %s: call %s of an earlier drive was never started; its grant is given back and "
+                         "its unit sent again", run_id, grant.id)
                 continue
             if ref.node not in found or found[ref.node][0] < ref.attempt:
                 found[ref.node] = (ref.attempt, grant)

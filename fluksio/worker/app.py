@@ -22,7 +22,6 @@ from fluksio.runtime import Runtime
 from fluksio.security.celery_signing import secure, signing_config
 from fluksio.settings import Settings, verified_redis_url
 
-
 #: Longest pause between two tries of sending a message through a broker outage, in seconds.
 PUBLISH_RETRY_MAX_S = 0.5
 

@@ -33,7 +33,7 @@ def test_a_message_sent_while_redis_restarts_goes_out_once_it_is_back(tmp_path: 
         finally:
             back.join()
         # The server came back empty (it keeps no data): what is queued now went out after it was back.
-        queued = [json.loads(raw)["headers"]["task"] for raw in redis.Redis.from_url(server.url).lrange("outage", 0, -1)]
-        assert queued == ["fluksio.test.during"]
+        queue = redis.Redis.from_url(server.url).lrange("outage", 0, -1)
+        assert [json.loads(message)["headers"]["task"] for message in queue] == ["fluksio.test.during"]
     finally:
         server.stop()

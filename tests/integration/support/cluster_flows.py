@@ -265,3 +265,22 @@ def element_at_gate(item: int, tag: str) -> int:
     while not (MARKS / f"gate-{tag}").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     return item
+
+
+soak_map = Flow("soak_map", inputs={"tag": str, "items": list[int], "factor": int, "pause": (float, 0.5)},
+                outputs=["scaled", "total"])
+
+
+@soak_map.node(provides="scaled", map={"item": "items"}, resources=Resources(cpus=1), retries=6, cache=False)
+def scale_element(item: int, tag: str, factor: int, pause: float) -> int:
+    """Leaves ``MARKS/<tag>.<factor>.<item>.<pid>.<ns>`` (one per start: a fault soak counts the calls run again),
+    pauses, and returns ``item * factor``. Retried: a machine lost under it is one of the faults it survives."""
+    MARKS.mkdir(parents=True, exist_ok=True)
+    (MARKS / f"{tag}.{factor}.{item}.{os.getpid()}.{time.time_ns()}").write_text("started")
+    time.sleep(pause)
+    return item * factor
+
+
+@soak_map.node(provides="total", retries=6, cache=False)
+def add_up(scaled: list[int]) -> int:
+    return sum(scaled)

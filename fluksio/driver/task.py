@@ -56,10 +56,31 @@ class CallSender:
         # publish (kombu binds it to the producer's channel); after that, declare=[] (Celery would ask
         # kombu's declaration cache again for every message).
         target = amqp.queues[queue]
+        try:
+            self._publish(message, queue, target)
+        except Exception:
+            # kombu's Redis transport, caught halfway through a reconnection while Redis restarts, can fail
+            # with an error of its own (AttributeError: its channel's client is gone) that its retry policy
+            # does not take for a connection error. Once more, on a connection of its own (found by the fault
+            # soak); a second failure is the call's.
+            self._reconnect()
+            self._publish(message, queue, target)
+
+    def _publish(self, message: Any, queue: str, target: Any) -> None:
         fresh = self._declared_on.get(queue) is not self._producer.channel
-        amqp.send_task_message(self._producer, CALL_TASK, message, queue=target, declare=[target] if fresh else [])
+        self.app.amqp.send_task_message(self._producer, CALL_TASK, message, queue=target,
+                                        declare=[target] if fresh else [])
         if fresh:  # only once a message went out with its declaration (a reconnection brings a new channel)
             self._declared_on[queue] = self._producer.channel
+
+    def _reconnect(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - what is let go may be broken already: a new one is made below
+            pass
+        self._connection = self.app.connection_for_write()
+        self._producer = self.app.amqp.Producer(self._connection, auto_declare=False)
+        self._declared_on.clear()
 
     def close(self) -> None:
         self._producer.release()

@@ -70,7 +70,7 @@ def test_a_queue_whose_first_send_failed_is_declared_again_with_the_next(app, de
     sender = CallSender(app)
     queue = f"default@sender-{uuid.uuid4().hex[:8]}"
     real = app.amqp.send_task_message
-    failures = iter([ConnectionError("broker went away")])
+    failures = iter([ConnectionError("broker went away"), ConnectionError("still away")])  # both tries
 
     def flaky(*args: Any, **kwargs: Any) -> Any:
         for failure in failures:
@@ -83,6 +83,29 @@ def test_a_queue_whose_first_send_failed_is_declared_again_with_the_next(app, de
     sender.send(call(1), queue, "flow.n1")
     sender.send(call(2), queue, "flow.n2")
     assert declared == [queue]  # declared with the first message that went out, then not again
+    sender.close()
+
+
+def test_a_send_that_fails_halfway_through_a_reconnection_goes_out_on_a_new_connection(app, monkeypatch) -> None:
+    # kombu's Redis transport, caught mid-reconnection while Redis restarts (the fault soak saw it).
+    sender = CallSender(app)
+    first_connection = sender._connection
+    queue = f"default@sender-{uuid.uuid4().hex[:8]}"
+    real = app.amqp.send_task_message
+    failures = iter([AttributeError("'NoneType' object has no attribute 'client'")])
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        for failure in failures:
+            raise failure
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(app.amqp, "send_task_message", flaky)
+    sender.send(call(0), queue, "flow.n0")
+    assert sender._connection is not first_connection
+    with Connection("memory://") as connection:
+        simple = connection.SimpleQueue(queue)
+        assert simple.get(timeout=1).headers["id"] == "r.n0.1"
+        simple.close()
     sender.close()
 
 

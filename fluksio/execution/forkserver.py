@@ -103,8 +103,11 @@ def main() -> None:
     gc.freeze()
     send_line(control, {"ready": os.getpid(), "flows": registry.names()})
     server = ForkServer(control, settings, registry)
-    server.route = PackageServers(settings, flow_modules, server.shed).route
+    packages = PackageServers(settings, flow_modules, server.shed)
+    server.route = packages.route
     server.serve()
+    # The worker is stopping (its calls are done): the packages' runners go gently, their exit handlers run.
+    packages.stop_all()
 
 
 if __name__ == "__main__":

@@ -44,6 +44,9 @@ from fluksio.settings import Settings
 
 #: Package servers one fork server keeps at once; past it, the one asked for least recently stops.
 MAX_PACKAGE_SERVERS = 8
+#: How long a stopping fork server waits for its package servers to let their runners go, in seconds (the
+#: worker waits 5 s for the fork server).
+STOP_WAIT_S = 4.0
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +144,23 @@ class PackageServers:
         self.servers[(folder, entry)] = server
         log.info("package server %d started for %s (%s)", pid, folder, entry)
         return server
+
+    def stop_all(self, wait_s: float = STOP_WAIT_S) -> None:
+        """The worker is stopping: every package server stops taking calls and lets its runners go (each runs
+        the exit handlers its calls registered); wait up to ``wait_s`` for them to be gone. Any still there
+        then dies with the fork server."""
+        pids = [server.pid for server in self.servers.values()]
+        for key in list(self.servers):
+            self._forget(key)  # its end of the control socket: the server drains, then exits
+        deadline = time.monotonic() + wait_s
+        for pid in pids:
+            while time.monotonic() < deadline:
+                try:
+                    if os.waitpid(pid, os.WNOHANG)[0]:
+                        break
+                except ChildProcessError:
+                    break
+                time.sleep(0.01)  # a few milliseconds: its runners exit as soon as they are let go
 
     def _forget(self, key: tuple[str, str]) -> None:
         server = self.servers.pop(key, None)

@@ -195,6 +195,11 @@ class Runners:
 
         def become() -> int:
             self.server.shed()  # other runners' sockets and calls too (shed below)
+            # Like its server, it outlives a SIGTERM or Ctrl-C to the process group (a service manager stops the
+            # worker so): the worker's warm shutdown waits for its calls, and its server or pool process says when
+            # it goes. A handler that does nothing rather than SIG_IGN, which a node's subprocesses would inherit.
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, _carry_on)
             ours.close()
             return serve_calls(theirs, self.server.settings, self.server.registry, self.server.run)
 
@@ -312,6 +317,10 @@ class Runners:
             for held in (runner.sock, runner.conn):
                 if held is not None:
                     held.close()
+
+
+def _carry_on(*_: object) -> None:
+    """A runner's SIGTERM and SIGINT: nothing (see :meth:`Runners._start`)."""
 
 
 def _end_call(selector: selectors.BaseSelector, conn: socket.socket, code: int) -> None:

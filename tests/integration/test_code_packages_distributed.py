@@ -62,6 +62,33 @@ def test_a_shipped_node_past_its_timeout_fails_as_timed_out(client: Client, clus
     assert overdue.status == "error" and "timed out after 1 s" in (overdue.error or "")
 
 
+#: A node of :data:`SHIPPED_FLOW`, on the machine labelled ``exiting``, that leaves an exit handler behind.
+EXIT_HANDLER = '''
+
+@shipped.node(provides="remembered", requires=["tag"], device="exiting")
+def remember(tag):
+    import atexit
+    marks = Path(os.environ["TEST_FLUKSIO_MARKS"])
+    marks.mkdir(parents=True, exist_ok=True)
+    atexit.register(lambda: (marks / f"{tag}.atexit").write_text("ran"))
+    return tag
+'''
+
+
+def test_a_worker_stopped_lets_its_kept_runners_go_and_their_calls_exit_handlers_run(
+        client: Client, cluster: Cluster) -> None:
+    cluster.start_worker("exit-w", "--labels", "exiting", "--cpus", "1", "--gpus", "none", "--accept-code", "any")
+    cluster.wait_attached("exit-w")
+    record = client.submit(version(cluster, "exiting", SHIPPED_FLOW + EXIT_HANDLER), {"tag": "kept-exit"}).wait(
+        timeout=90)
+    assert record.status is RunStatus.OK, (record.status_reason, [n.error for n in record.nodes])
+    assert next(n for n in record.nodes if n.node == "remember").machine == "exit-w"
+    mark = cluster.marks / "kept-exit.atexit"
+    assert not mark.exists()  # the runner that ran the call is still there, kept by its pool process
+    cluster.stop("exit-w")  # SIGTERM: the pool process lets its runner go gently, rather than have it killed
+    assert mark.exists() and mark.read_text() == "ran", cluster.whole_log("exit-w")[-3000:]
+
+
 def test_a_worker_that_runs_only_registered_flows_refuses_shipped_code(client: Client, cluster: Cluster) -> None:
     cluster.start_worker("closed-w", "--labels", "closed", "--cpus", "1", "--gpus", "none")
     cluster.wait_attached("closed-w")

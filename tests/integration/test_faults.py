@@ -20,26 +20,18 @@ from fluksio.clock import utcnow
 from fluksio.store.models import RunMetric, RunNode
 from tests.conftest import Compass
 from tests.integration.support import cluster_flows as flows
-from tests.integration.support.cluster import Cluster
+from tests.integration.support.cluster import FAULT_TIMINGS, Cluster, running_cluster
 from tests.integration.support.explorer import UiProcess
-from tests.integration.support.servers import PostgresServer, RedisServer, wait_for
+from tests.integration.support.servers import PostgresServer, wait_for
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def cluster(tmp_path: Path, postgres: PostgresServer) -> Iterator[Cluster]:
-    server = RedisServer(tmp_path / "redis").start()
-    setup = Cluster(tmp_path, server, postgres.new_database())
-    setup.env.update({"FLUKSIO_STALE_AFTER_S": "3", "FLUKSIO_LEASE_INTERVAL_S": "0.5",
-                      "FLUKSIO_BROKER_OUTAGE_S": "30", "FLUKSIO_DB_OUTAGE_S": "30"})
-    try:
-        setup.start_worker("node-1", "--cpus", "2", "--gpus", "none")
-        setup.wait_attached("node-1")
+    with running_cluster(tmp_path, {"node-1": ("--cpus", "2", "--gpus", "none")}, postgres.new_database(),
+                         env=FAULT_TIMINGS) as setup:
         yield setup
-    finally:
-        setup.stop_all()
-        server.stop()
 
 
 def start_driver(cluster: Cluster, name: str, auto_resume: bool) -> None:

@@ -19,8 +19,8 @@ import pytest
 
 from fluksio import RunStatus
 from tests.conftest import Compass
-from tests.integration.support.cluster import Cluster
-from tests.integration.support.servers import PostgresServer, RedisServer, wait_for
+from tests.integration.support.cluster import FAULT_TIMINGS, Cluster, running_cluster
+from tests.integration.support.servers import PostgresServer, wait_for
 from tests.integration.support.soak import Figures, Soak, chosen, duplicated, failed_attempts, plan, unexplained_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.soak]
@@ -28,15 +28,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
 @pytest.fixture
 def cluster(tmp_path: Path, postgres: PostgresServer) -> Iterator[Cluster]:
-    server = RedisServer(tmp_path / "redis").start()
-    setup = Cluster(tmp_path, server, postgres.new_database())
-    setup.env.update({"FLUKSIO_STALE_AFTER_S": "3", "FLUKSIO_LEASE_INTERVAL_S": "0.5",
-                      "FLUKSIO_BROKER_OUTAGE_S": "30", "FLUKSIO_DB_OUTAGE_S": "30"})
-    try:
-        yield setup
-    finally:
-        setup.stop_all()
-        server.stop()
+    with running_cluster(tmp_path, {}, postgres.new_database(), env=FAULT_TIMINGS) as setup:
+        yield setup  # its workers are the soak's to start (support/soak.py)
 
 
 def test_runs_survive_a_soak_of_faults(cluster: Cluster, postgres: PostgresServer, compass: Compass) -> None:

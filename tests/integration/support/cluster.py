@@ -17,6 +17,9 @@ from fluksio import Client, Settings, connect
 from tests.integration.support.servers import RedisServer
 
 FLOWS_FILE = Path(__file__).with_name("cluster_flows.py")
+#: The timings of an installation that faults strike: a dead driver's runs stale in 3 s, outages waited out 30 s.
+FAULT_TIMINGS = {"FLUKSIO_STALE_AFTER_S": "3", "FLUKSIO_LEASE_INTERVAL_S": "0.5", "FLUKSIO_BROKER_OUTAGE_S": "30",
+                 "FLUKSIO_DB_OUTAGE_S": "30"}
 #: Settings a test may give the installation through ``env`` that its clients here use too.
 PASSED_SETTINGS = ("signing_key", "signing_certificate", "signing_cert_store", "secrets_dir", "stale_after_s")
 
